@@ -1,0 +1,57 @@
+"""graphrt: a heterogeneous graph-executor runtime for TVM-format model graphs.
+
+Example:
+    >>> import numpy as np, graphrt
+    >>> lib = graphrt.Library()
+    >>> _ = lib.register("elemwise_add", lambda a, b, out: np.add(a, b, out=out))
+    >>> _ = lib.register("elemwise_sub", lambda a, b, out: np.subtract(a, b, out=out))
+    >>> mod = graphrt.create("examples/graphs/simplex.json", lib,  # doctest: +SKIP
+    ...                      graphrt.cpu(0), graphrt.sim(0))
+    >>> mod.run(A=np.ones(4, "float32"), B=np.ones(4, "float32"),  # doctest: +SKIP
+    ...         C=np.ones(4, "float32"))
+    >>> mod.get_output(0, out=np.empty(4, "float32"))  # doctest: +SKIP
+    array([1., 1., 1., 1.], dtype=float32)
+"""
+
+from .devices import Device, cpu, cuda, device, sim, sim_counters
+from .errors import (
+    BundleError,
+    DeviceError,
+    ExecutionError,
+    GraphFormatError,
+    GraphrtError,
+    InputError,
+    KernelNotFoundError,
+    PlacementError,
+)
+from .executor import GraphModule, create
+from .lib import Library
+from .params import load_params, save_params
+from .schema import Graph, load_graph
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BundleError",
+    "Device",
+    "DeviceError",
+    "ExecutionError",
+    "Graph",
+    "GraphFormatError",
+    "GraphModule",
+    "GraphrtError",
+    "InputError",
+    "KernelNotFoundError",
+    "Library",
+    "PlacementError",
+    "__version__",
+    "cpu",
+    "create",
+    "cuda",
+    "device",
+    "load_graph",
+    "load_params",
+    "save_params",
+    "sim",
+    "sim_counters",
+]

@@ -1,0 +1,203 @@
+"""Devices: creating them, their backends, locating arrays, and copies between any two.
+
+Example:
+    >>> import numpy as np, graphrt
+    >>> from graphrt.devices import backend_for, locate
+    >>> sim = graphrt.sim(0)
+    >>> buf = backend_for(sim).allocate(16)
+    >>> locate(buf)[0]
+    graphrt.device('sim:0')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceError, InputError
+from .base import ALIGNMENT, CPU, CUDA, KIND_CODES, SIM, Array, Backend, Device
+from .cpu import CpuBackend
+from .sim import SimArray, SimBackend, SimCounters
+
+__all__ = [
+    "ALIGNMENT",
+    "CPU",
+    "CUDA",
+    "SIM",
+    "Array",
+    "Backend",
+    "Copier",
+    "Device",
+    "SimArray",
+    "SimCounters",
+    "backend_for",
+    "copier",
+    "cpu",
+    "cuda",
+    "device",
+    "locate",
+    "sim",
+    "sim_counters",
+]
+
+Copier = Callable[[Array, Array], None]
+"""A copy from one device to another: ``copy(src, dst)``."""
+
+_BACKENDS: dict[Device, Backend] = {}
+
+
+def _check_ordinal(kind: str, ordinal: int) -> None:
+    if not isinstance(ordinal, int) or isinstance(ordinal, bool) or ordinal < 0:
+        raise DeviceError(f"{kind} device ordinal must be a non-negative int, given {ordinal!r}")
+
+
+def cpu(ordinal: int = 0) -> Device:
+    """The host CPU (numpy arrays). ``graphrt.cpu()`` is ``cpu:0``."""
+    _check_ordinal("cpu", ordinal)
+    return Device(CPU, ordinal)
+
+
+def sim(ordinal: int = 0) -> Device:
+    """A simulated accelerator (device type 12): host memory, tagged arrays, copy counters."""
+    _check_ordinal("sim", ordinal)
+    return Device(SIM, ordinal)
+
+
+def cuda(ordinal: int = 0) -> Device:
+    """GPU ``ordinal`` through cupy.
+
+    Raises:
+        DeviceError: cupy is not installed (install the ``cuda`` extra), or no such GPU.
+    """
+    _check_ordinal("cuda", ordinal)
+    _cuda_module().check_available(ordinal)
+    return Device(CUDA, ordinal)
+
+
+def device(spec: str | Device) -> Device:
+    """A device from text: ``"cpu"``, ``"cuda:1"``, ``"sim:0"`` (the ordinal defaults to 0).
+
+    Example:
+        >>> import graphrt
+        >>> graphrt.device("sim:2")
+        graphrt.device('sim:2')
+    """
+    if isinstance(spec, Device):
+        return spec
+    if not isinstance(spec, str):
+        raise DeviceError(f"a device is given as text like 'cuda:0', given {spec!r}")
+    kind, _, ordinal_text = spec.strip().lower().partition(":")
+    if kind not in KIND_CODES:
+        raise DeviceError(f"unknown device kind {kind!r} in {spec!r} (known: "
+                          f"{', '.join(KIND_CODES)})")
+    if ordinal_text and not (ordinal_text.isascii() and ordinal_text.isdigit()):
+        raise DeviceError(f"device ordinal in {spec!r} must be a non-negative integer")
+    factory = {"cpu": cpu, "cuda": cuda, "sim": sim}[kind]
+    return factory(int(ordinal_text or 0))
+
+
+def _cuda_module() -> Any:
+    try:
+        from . import cuda as cuda_backend
+    except ImportError as err:
+        raise DeviceError("cuda devices need CuPy, which is not installed: "
+                          "pip install 'graphrt[cuda]'") from err
+    return cuda_backend
+
+
+def backend_for(dev: Device) -> Backend:
+    """The backend of ``dev`` (one per device, so sim counters persist across modules)."""
+    backend = _BACKENDS.get(dev)
+    if backend is None:
+        if dev.type_code == CPU:
+            backend = CpuBackend(dev)
+        elif dev.type_code == SIM:
+            backend = SimBackend(dev)
+        elif dev.type_code == CUDA:
+            backend = _cuda_module().CudaBackend(dev)
+        else:
+            raise DeviceError(f"graphrt has no backend for device type {dev.type_code} "
+                              "(it runs cpu, cuda and sim)")
+        _BACKENDS[dev] = backend
+    return backend
+
+
+def sim_counters(dev: Device) -> SimCounters:
+    """The copy and byte counters of a sim device.
+
+    Example:
+        >>> import graphrt
+        >>> graphrt.sim_counters(graphrt.sim(0)).reset()
+    """
+    backend = backend_for(dev)
+    if not isinstance(backend, SimBackend):
+        raise DeviceError(f"{dev} is not a sim device; only sim devices count copies")
+    return backend.counters
+
+
+def locate(value: object) -> tuple[Device, Array]:
+    """Find which device ``value`` lives on and return it as that device's native array.
+
+    Accepts numpy and cupy arrays, sim arrays, anything with ``__dlpack__`` (PyTorch, JAX) and,
+    on the host, anything ``numpy.asarray`` accepts. Never copies when the value is already an
+    array a device can use directly.
+
+    Raises:
+        InputError: the value is on a device graphrt has no backend for, or is not array-like.
+    """
+    if isinstance(value, SimArray):
+        return value.device, value
+    if isinstance(value, np.ndarray):
+        return Device(CPU, 0), value
+    if type(value).__module__.partition(".")[0] == "cupy":
+        return _locate_cuda(value, int(value.device.id))  # type: ignore[attr-defined]
+    dlpack_device = getattr(value, "__dlpack_device__", None)
+    if dlpack_device is not None and hasattr(value, "__dlpack__"):
+        type_code, ordinal = (int(part) for part in dlpack_device())
+        if type_code == CUDA:
+            return _locate_cuda(value, ordinal)
+        if type_code != CPU:
+            raise InputError(f"{type(value).__name__} lives on DLPack device type {type_code}, "
+                             "which graphrt has no backend for")
+        try:
+            return Device(CPU, 0), np.from_dlpack(value)
+        except (TypeError, ValueError, RuntimeError, BufferError) as err:
+            name = type(value).__name__
+            raise InputError(f"cannot import {name} through DLPack: {err}") from None
+    try:
+        return Device(CPU, 0), np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise InputError(f"{type(value).__name__} is not an array: {err}") from None
+
+
+def _locate_cuda(value: object, ordinal: int) -> tuple[Device, Array]:
+    dev = Device(CUDA, ordinal)
+    native = backend_for(dev).native(value)
+    if native is None:
+        raise InputError(f"cannot import {type(value).__name__} on {dev}")
+    return dev, native
+
+
+def copier(src: Device, dst: Device) -> Copier:
+    """The function that copies an array on ``src`` into an array on ``dst``.
+
+    Chosen once (at ``create()``), so a run pays no dispatch: same kind → the backend's own copy;
+    host ↔ device → upload or download; device ↔ device of different kinds → staged through host.
+    Both arrays must have the same shape and dtype and be C-contiguous.
+    """
+    src_backend, dst_backend = backend_for(src), backend_for(dst)
+    if src.type_code == dst.type_code:
+        return src_backend.copy
+    if src.type_code == CPU:
+        return dst_backend.upload
+    if dst.type_code == CPU:
+        return src_backend.download
+
+    def staged(source: Array, target: Array) -> None:
+        host = np.empty(source.shape, dtype=source.dtype)
+        src_backend.download(source, host)
+        dst_backend.upload(host, target)
+
+    return staged

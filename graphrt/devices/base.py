@@ -1,0 +1,113 @@
+"""The device value type and the small interface every backend implements."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ALIGNMENT", "CPU", "CUDA", "SIM", "Array", "Backend", "Device", "host_memory_bytes"]
+
+# DLPack device type codes graphrt has backends for. Sim takes ext_dev's code.
+CPU, CUDA, SIM = 1, 2, 12
+KIND_NAMES = {CPU: "cpu", CUDA: "cuda", SIM: "sim"}
+KIND_CODES = {name: code for code, name in KIND_NAMES.items()}
+
+ALIGNMENT = 64
+"""Byte alignment of every buffer graphrt allocates (TVM's kAllocAlignment)."""
+
+Array = Any
+"""A device's native array: ``numpy.ndarray`` on cpu, ``SimArray`` on sim, ``cupy.ndarray``."""
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    """A device: a DLPack device type code and an ordinal.
+
+    Create them with :func:`graphrt.cpu`, :func:`graphrt.cuda`, :func:`graphrt.sim` or
+    :func:`graphrt.device`, which also check the device can be used.
+
+    Example:
+        >>> import graphrt
+        >>> str(graphrt.sim(1)), graphrt.sim(1).type_code
+        ('sim:1', 12)
+    """
+
+    type_code: int
+    id: int = 0
+
+    @property
+    def kind(self) -> str:
+        """``"cpu"``, ``"cuda"``, ``"sim"``, or ``"type<N>"`` for a code graphrt cannot run."""
+        return KIND_NAMES.get(self.type_code, f"type{self.type_code}")
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+    def __repr__(self) -> str:
+        return f"graphrt.device({str(self)!r})"
+
+
+def host_memory_bytes() -> int | None:
+    """Physical memory of this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class Backend(ABC):
+    """What graphrt needs from one device: memory, views, copies, synchronization.
+
+    Every copy between devices goes through these methods, so streams, pinned staging buffers
+    and events have one place to live. Copies take ``(src, dst)``, like a ``__copy`` kernel.
+    """
+
+    device: Device
+    xp: ModuleType
+    """The array namespace kernels of this device use (numpy or cupy)."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+
+    @abstractmethod
+    def allocate(self, nbytes: int) -> Array:
+        """A zero-filled 1-D uint8 buffer of ``nbytes`` bytes, aligned to :data:`ALIGNMENT`."""
+
+    def view(self, buffer: Array, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+        """An offset-0 view of ``buffer`` typed as ``dtype`` with ``shape``."""
+        nbytes = prod(shape) * dtype.itemsize
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+    @abstractmethod
+    def native(self, value: object) -> Array | None:
+        """``value`` as this device kind's array without a copy, or None if it is not one."""
+
+    @abstractmethod
+    def copy(self, src: Array, dst: Array) -> None:
+        """Copy between two arrays of this device kind (the ordinals may differ)."""
+
+    @abstractmethod
+    def upload(self, src: np.ndarray[Any, Any], dst: Array) -> None:
+        """Copy a host (numpy) array into an array of this device."""
+
+    @abstractmethod
+    def download(self, src: Array, dst: np.ndarray[Any, Any]) -> None:
+        """Copy an array of this device into a host (numpy) array."""
+
+    def synchronize(self) -> None:  # noqa: B027 (host devices finish work synchronously)
+        """Wait until all work queued on this device has finished."""
+
+    def capacity(self) -> int | None:
+        """Bytes this device can hold at most, or None when unknown."""
+        return host_memory_bytes()
+
+    def bind_kernel(self, kernel: Callable[..., object]) -> Callable[..., object]:
+        """Wrap a kernel so it runs in this device's context (identity on host devices)."""
+        return kernel

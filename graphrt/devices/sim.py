@@ -1,0 +1,111 @@
+"""The simulated accelerator: host memory behind a device boundary that is enforced and counted.
+
+A :class:`SimArray` is a numpy array tagged with its sim device. Ufuncs refuse to mix it with
+arrays of any other device (as cupy refuses numpy arrays), so a kernel that was handed another
+device's array fails loudly. :class:`SimCounters` counts every copy and byte that crosses into,
+out of and within the device, so tests can prove what moved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from .base import Array, Backend, Device
+from .cpu import aligned_zeros
+
+__all__ = ["SimArray", "SimBackend", "SimCounters"]
+
+
+class SimArray(np.ndarray):  # type: ignore[type-arg,unused-ignore]
+    """A numpy array that lives on a sim device (``arr.device`` says which)."""
+
+    _sim_device: Device | None = None
+
+    def __array_finalize__(self, obj: object) -> None:
+        self._sim_device = getattr(obj, "_sim_device", None)
+
+    @property
+    def device(self) -> Device:  # type: ignore[override]
+        """The sim device holding this array."""
+        assert self._sim_device is not None
+        return self._sim_device
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        device = self._sim_device
+        outs = kwargs.get("out") or ()
+        for value in (*inputs, *outs):
+            if isinstance(value, np.ndarray) and getattr(value, "_sim_device", None) != device:
+                where = getattr(value, "_sim_device", None) or "the host"
+                raise TypeError(f"{ufunc.__name__}: an array on {device} cannot be combined with "
+                                f"an array on {where}; copy it to {device} first")
+        plain = tuple(v.view(np.ndarray) if isinstance(v, SimArray) else v for v in inputs)
+        if outs:
+            kwargs["out"] = tuple(v.view(np.ndarray) for v in outs)
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if outs:
+            return outs[0] if len(outs) == 1 else outs
+        return _tag(result, device)
+
+
+def _tag(result: Any, device: Device | None) -> Any:
+    if isinstance(result, tuple):
+        return tuple(_tag(item, device) for item in result)
+    if isinstance(result, np.ndarray):
+        tagged = result.view(SimArray)
+        tagged._sim_device = device
+        return tagged
+    return result
+
+
+@dataclass
+class SimCounters:
+    """Copies and bytes that crossed a sim device's boundary (or moved within it)."""
+
+    uploads: int = 0
+    """host → sim copies."""
+    upload_bytes: int = 0
+    downloads: int = 0
+    """sim → host copies."""
+    download_bytes: int = 0
+    device_copies: int = 0
+    """sim → sim copies."""
+    device_copy_bytes: int = 0
+
+    def reset(self) -> None:
+        """Set every counter back to zero."""
+        for field in fields(self):
+            setattr(self, field.name, 0)
+
+
+class SimBackend(Backend):
+    """The sim device's backend: numpy kernels, tagged arrays, counted copies."""
+
+    xp = np
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.counters = SimCounters()
+
+    def allocate(self, nbytes: int) -> Array:
+        return _tag(aligned_zeros(nbytes), self.device)
+
+    def native(self, value: object) -> Array | None:
+        return value if isinstance(value, SimArray) else None
+
+    def copy(self, src: Array, dst: Array) -> None:
+        np.copyto(dst.view(np.ndarray), src.view(np.ndarray), casting="no")
+        self.counters.device_copies += 1
+        self.counters.device_copy_bytes += src.nbytes
+
+    def upload(self, src: np.ndarray[Any, Any], dst: Array) -> None:
+        np.copyto(dst.view(np.ndarray), src, casting="no")
+        self.counters.uploads += 1
+        self.counters.upload_bytes += src.nbytes
+
+    def download(self, src: Array, dst: np.ndarray[Any, Any]) -> None:
+        np.copyto(dst, src.view(np.ndarray), casting="no")
+        self.counters.downloads += 1
+        self.counters.download_bytes += src.nbytes

@@ -1,0 +1,120 @@
+"""``Library``: the kernels a graph's ``func_name``s refer to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar, overload
+
+from ..devices import Device, device
+from ..devices.base import KIND_CODES
+
+__all__ = ["Kernel", "Library", "LibrarySource"]
+
+Kernel = Callable[..., Any]
+"""A kernel: called with its node's input arrays, then its output arrays (destination-passing
+style); it writes the outputs and its return value is ignored."""
+
+K = TypeVar("K", bound=Kernel)
+
+RESERVED = ("__nop", "__copy")
+
+
+def _type_code(spec: str | int | Device) -> int:
+    if isinstance(spec, Device):
+        return spec.type_code
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return spec
+    if isinstance(spec, str) and spec in KIND_CODES:
+        return KIND_CODES[spec]
+    if isinstance(spec, str):
+        return device(spec).type_code
+    raise TypeError(f"device must be a kind ('cpu', 'cuda', 'sim'), a type code or a Device, "
+                    f"given {spec!r}")
+
+
+class Library:
+    """Kernels by ``func_name``: generic ones, and ones registered for one device type.
+
+    A generic kernel receives the arrays of whatever device its node runs on (write it against
+    ``numpy`` ufuncs and it runs on numpy, sim and cupy arrays alike). A kernel registered for a
+    device type wins over the generic one on that device type.
+
+    Example:
+        >>> import numpy as np
+        >>> lib = Library({"add": lambda a, b, out: np.add(a, b, out=out)})
+        >>> @lib.register("sub", device="cpu")
+        ... def sub(a, b, out):
+        ...     np.subtract(a, b, out=out)
+        >>> sorted(lib)
+        ['add', 'sub']
+    """
+
+    def __init__(self, kernels: Mapping[str, Kernel] | None = None) -> None:
+        self._generic: dict[str, Kernel] = {}
+        self._by_device: dict[tuple[str, int], Kernel] = {}
+        for name, kernel in (kernels or {}).items():
+            self.register(name, kernel)
+
+    @overload
+    def register(self, name: str, fn: K, *, device: str | int | Device | None = None) -> K: ...
+
+    @overload
+    def register(self, name: str, fn: None = None, *,
+                 device: str | int | Device | None = None) -> Callable[[K], K]: ...
+
+    def register(self, name: str, fn: K | None = None, *,
+                 device: str | int | Device | None = None) -> K | Callable[[K], K]:
+        """Register ``fn`` as ``name`` (for one device type if ``device`` is given).
+
+        Without ``fn`` it returns a decorator. Registering a name again replaces the kernel.
+
+        Raises:
+            ValueError: ``name`` is a built-in (``__nop``, ``__copy``) or empty.
+            TypeError: ``fn`` is not callable, or ``device`` is not a device description.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a kernel name must be a non-empty str, given {name!r}")
+        if name in RESERVED:
+            raise ValueError(f"{name!r} is built into graphrt and cannot be registered")
+        type_code = None if device is None else _type_code(device)
+
+        def add(kernel: K) -> K:
+            if not callable(kernel):
+                raise TypeError(f"kernel {name!r} must be callable, given {type(kernel).__name__}")
+            if type_code is None:
+                self._generic[name] = kernel
+            else:
+                self._by_device[(name, type_code)] = kernel
+            return kernel
+
+        return add if fn is None else add(fn)
+
+    def resolve(self, name: str, device_type: int) -> Kernel | None:
+        """The kernel for ``name`` on ``device_type``: device-specific first, then generic."""
+        return self._by_device.get((name, device_type)) or self._generic.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._generic or any(key[0] == name for key in self._by_device)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(set(self._generic) | {key[0] for key in self._by_device}))
+
+    def __len__(self) -> int:
+        return len(set(self))
+
+    def __repr__(self) -> str:
+        return f"Library({len(self)} kernels)"
+
+
+LibrarySource = Library | Mapping[str, Kernel]
+"""What ``graphrt.create`` accepts as a lib: a :class:`Library` or a mapping of callables."""
+
+
+def as_library(lib: LibrarySource) -> Library:
+    """``lib`` as a :class:`Library` (a mapping is wrapped)."""
+    if isinstance(lib, Library):
+        return lib
+    if isinstance(lib, Mapping):
+        return Library(lib)
+    raise TypeError(f"lib must be a graphrt.Library or a mapping of names to kernels, "
+                    f"given {type(lib).__name__}")

@@ -1,0 +1,26 @@
+"""Graph JSON: pydantic models of the document, dtypes, and the validated normalized graph."""
+
+from .dtypes import DType, dtype_from_code, dtype_of, parse_dtype
+from .graph import BUILTINS, COPY, NOP, Entry, Graph, Node, build_graph
+from .parse import GraphSource, load_graph, parse_spec
+from .spec import Columns, GraphSpec, NodeSpec
+
+__all__ = [
+    "BUILTINS",
+    "COPY",
+    "NOP",
+    "Columns",
+    "DType",
+    "Entry",
+    "Graph",
+    "GraphSource",
+    "GraphSpec",
+    "Node",
+    "NodeSpec",
+    "build_graph",
+    "dtype_from_code",
+    "dtype_of",
+    "load_graph",
+    "parse_dtype",
+    "parse_spec",
+]

@@ -1,0 +1,92 @@
+"""Data types of graph entries: TVM's ``dltype`` strings and DLPack type codes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["DType", "dtype_from_code", "dtype_of", "parse_dtype"]
+
+# DLPack type codes.
+INT, UINT, FLOAT, BFLOAT, BOOL = 0, 1, 2, 4, 6
+
+
+@dataclass(frozen=True)
+class DType:
+    """One scalar data type, as graphs, params blobs and DLPack describe it.
+
+    Attributes:
+        name: the ``dltype`` string (``"float32"``, ``"bool"``, ...).
+        code: DLPack type code (0 int, 1 uint, 2 float, 4 bfloat); bool is uint with 1 bit,
+            as TVM writes it.
+        bits: bits per element as DLPack counts them (1 for bool).
+    """
+
+    name: str
+    code: int
+    bits: int
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes one element occupies in memory (a bool takes a whole byte)."""
+        return (self.bits + 7) // 8
+
+    @cached_property
+    def numpy(self) -> np.dtype[np.generic]:
+        """The numpy dtype of this type (bfloat16 comes from ml_dtypes)."""
+        if self.name == "bfloat16":
+            return np.dtype(ml_dtypes.bfloat16)  # type: ignore[no-any-return]
+        return np.dtype(self.name)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_DTYPES: dict[str, DType] = {
+    "bool": DType("bool", UINT, 1),
+    "bfloat16": DType("bfloat16", BFLOAT, 16),
+    **{f"float{b}": DType(f"float{b}", FLOAT, b) for b in (16, 32, 64)},
+    **{f"int{b}": DType(f"int{b}", INT, b) for b in (8, 16, 32, 64)},
+    **{f"uint{b}": DType(f"uint{b}", UINT, b) for b in (8, 16, 32, 64)},
+}
+_BY_CODE: dict[tuple[int, int], DType] = {(d.code, d.bits): d for d in _DTYPES.values()}
+_BY_CODE[(BOOL, 8)] = _DTYPES["bool"]  # DLPack >= 0.8 spells bool as kDLBool, 8 bits
+_BY_NUMPY: dict[np.dtype[np.generic], DType] = {d.numpy: d for d in _DTYPES.values()}
+
+SUPPORTED = ", ".join(_DTYPES)
+
+
+def parse_dtype(text: str) -> DType:
+    """Parse a ``dltype`` string such as ``"float32"``.
+
+    Raises:
+        ValueError: the string names no supported type; the message lists the supported ones.
+
+    Example:
+        >>> parse_dtype("int8").itemsize
+        1
+    """
+    dtype = _DTYPES.get(text)
+    if dtype is None:
+        raise ValueError(f"unsupported dtype {text!r} (supported: {SUPPORTED})")
+    return dtype
+
+
+def dtype_from_code(code: int, bits: int, lanes: int) -> DType:
+    """The type a DLPack ``(code, bits, lanes)`` triple describes.
+
+    Raises:
+        ValueError: vector types (lanes != 1) or an unknown code/bits pair.
+    """
+    dtype = _BY_CODE.get((code, bits))
+    if dtype is None or lanes != 1:
+        raise ValueError(f"unsupported DLPack type (code {code}, bits {bits}, lanes {lanes})")
+    return dtype
+
+
+def dtype_of(np_dtype: np.dtype[np.generic]) -> DType | None:
+    """The graph type of a numpy dtype, or None when graphs have no such type."""
+    return _BY_NUMPY.get(np_dtype)

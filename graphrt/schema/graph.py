@@ -1,0 +1,294 @@
+"""The normalized, immutable graph that the rest of graphrt works on.
+
+:func:`build_graph` checks the meaning of a :class:`~graphrt.schema.spec.GraphSpec` (every
+reference, length, dtype and count) and raises :class:`~graphrt.errors.GraphFormatError` naming
+the node, entry or field at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from math import prod
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import GraphFormatError
+from .dtypes import DType, parse_dtype
+from .spec import GraphSpec, NodeSpec
+
+__all__ = ["Entry", "Graph", "Node", "build_graph"]
+
+NOP = "__nop"
+COPY = "__copy"
+BUILTINS = (NOP, COPY)
+_REQUIRED_OP_ATTRS = ("func_name", "num_inputs", "num_outputs", "flatten_data")
+_GLOBAL_SCOPES = ("", "global")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One tensor of the graph: output ``index`` of node ``nid``.
+
+    ``device_type`` is the DLPack code of the ``device_index`` column, or None when the graph
+    has no such column. ``scope`` is ``""`` for ordinary memory.
+    """
+
+    eid: int
+    nid: int
+    index: int
+    shape: tuple[int, ...]
+    dtype: DType
+    sid: int
+    device_type: int | None
+    scope: str
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the entry occupies: ``prod(shape) * itemsize`` (a scalar holds one element)."""
+        return prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One node: an input placeholder (``op == "null"``) or an executable op."""
+
+    nid: int
+    name: str
+    op: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    func_name: str | None
+    flatten_data: bool
+    attrs: Mapping[str, str]
+
+    @property
+    def label(self) -> str:
+        """How errors name the node: ``node 3 'conv0'``."""
+        return f"node {self.nid} {self.name!r}"
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A validated graph: nodes in execution order, entries, inputs and outputs.
+
+    Attributes:
+        nodes: every node, indexed by node id.
+        entries: every entry, indexed by entry id.
+        arg_nodes: node ids of the inputs (params included), in input order.
+        heads: entry ids of the outputs, in output order.
+        input_names: name of each input, in input order.
+        output_names: name of each output: its node's name, or ``name:index`` for a node with
+            several outputs.
+    """
+
+    nodes: tuple[Node, ...]
+    entries: tuple[Entry, ...]
+    arg_nodes: tuple[int, ...]
+    heads: tuple[int, ...]
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+    def entry_label(self, eid: int) -> str:
+        """How errors name an entry: ``entry 7 (output 0 of node 5 'sub')``."""
+        entry = self.entries[eid]
+        return f"entry {eid} (output {entry.index} of {self.nodes[entry.nid].label})"
+
+
+def _fail(where: str, problem: str) -> GraphFormatError:
+    return GraphFormatError(f"{where}: {problem}")
+
+
+def _parse_count(node: NodeSpec, nid: int, attrs: Mapping[str, str], key: str) -> int:
+    text = attrs[key]
+    if not text.isdigit() or not text.isascii():
+        raise _fail(f"node {nid} {node.name!r}", f"attr {key!r} must be a non-negative integer "
+                    f"string, given {text!r}")
+    return int(text)
+
+
+def _check_op_attrs(node: NodeSpec, nid: int) -> tuple[dict[str, str], int, int]:
+    attrs = node.op_attrs
+    missing = [key for key in _REQUIRED_OP_ATTRS if key not in attrs]
+    if missing:
+        raise _fail(f"node {nid} {node.name!r}", f"op node lacks required attrs {missing}")
+    num_inputs = _parse_count(node, nid, attrs, "num_inputs")
+    num_outputs = _parse_count(node, nid, attrs, "num_outputs")
+    if attrs["flatten_data"] not in ("0", "1"):
+        raise _fail(f"node {nid} {node.name!r}",
+                    f"attr 'flatten_data' must be \"0\" or \"1\", given {attrs['flatten_data']!r}")
+    if num_inputs != len(node.inputs):
+        raise _fail(f"node {nid} {node.name!r}",
+                    f"num_inputs is {num_inputs} but the node lists {len(node.inputs)} inputs")
+    return attrs, num_inputs, num_outputs
+
+
+def _check_row_ptr(spec: GraphSpec, outputs_per_node: list[int]) -> int:
+    row_ptr = spec.node_row_ptr
+    if len(row_ptr) != len(spec.nodes) + 1:
+        raise _fail("node_row_ptr", f"expected {len(spec.nodes) + 1} values (nodes + 1), "
+                    f"given {len(row_ptr)}")
+    expected = 0
+    for nid, count in enumerate(outputs_per_node):
+        if row_ptr[nid] != expected:
+            break
+        expected += count
+    else:
+        nid = len(outputs_per_node)
+        if row_ptr[nid] == expected:
+            return expected
+    raise _fail("node_row_ptr", f"value {nid} is {row_ptr[nid]}, expected {expected} (the running "
+                "sum of the nodes' output counts)")
+
+
+def _column(spec: GraphSpec, key: str, n_entries: int) -> list[Any] | None:
+    column = getattr(spec.attrs, key)
+    if column is None:
+        return None
+    values: list[Any] = column[1]
+    if len(values) != n_entries:
+        raise _fail(f"attrs column {key!r}", f"expected one value per entry ({n_entries}), "
+                    f"given {len(values)}")
+    return values
+
+
+def _build_entries(spec: GraphSpec, nodes: list[NodeSpec], row_ptr: list[int]) -> list[Entry]:
+    n_entries = row_ptr[-1]
+    dltypes = _column(spec, "dltype", n_entries)
+    shapes = _column(spec, "shape", n_entries)
+    sids = _column(spec, "storage_id", n_entries)
+    device_types = _column(spec, "device_index", n_entries)
+    scopes = _column(spec, "storage_scope", n_entries)
+    assert dltypes is not None and shapes is not None and sids is not None  # required columns
+    entries = []
+    for nid, node in enumerate(nodes):
+        for index in range(row_ptr[nid + 1] - row_ptr[nid]):
+            eid = row_ptr[nid] + index
+            where = f"entry {eid} (output {index} of node {nid} {node.name!r})"
+            try:
+                dtype = parse_dtype(str(dltypes[eid]))
+            except ValueError as err:
+                raise _fail(where, str(err)) from None
+            shape = tuple(shapes[eid])
+            if any(dim < 0 for dim in shape):
+                raise _fail(where, f"shape {list(shape)} has a negative dimension")
+            sid = sids[eid]
+            if sid < 0:
+                raise _fail(where, f"storage_id is {sid}, must be >= 0")
+            device_type = None if device_types is None else device_types[eid]
+            if device_type is not None and device_type < 1:
+                raise _fail(where, f"device_index is {device_type}; it must be a DLPack device "
+                            "type code (1 = CPU, 2 = CUDA, 12 = ext_dev)")
+            scope = "" if scopes is None else str(scopes[eid])
+            entries.append(Entry(eid, nid, index, shape, dtype, sid, device_type,
+                                 "" if scope in _GLOBAL_SCOPES else scope))
+    return entries
+
+
+def _resolve_ref(ref: list[int], where: str, nid_limit: int, row_ptr: list[int],
+                 names: list[str]) -> int:
+    src, index = ref[0], ref[1]
+    if not 0 <= src < nid_limit:
+        raise _fail(where, f"refers to node {src}, which is not an earlier node "
+                    f"(valid: 0..{nid_limit - 1})")
+    count = row_ptr[src + 1] - row_ptr[src]
+    if not 0 <= index < count:
+        raise _fail(where, f"refers to output {index} of node {src} {names[src]!r}, which has "
+                    f"{count} output(s)")
+    return row_ptr[src] + index
+
+
+def build_graph(spec: GraphSpec) -> Graph:
+    """Check a parsed graph document and build the normalized :class:`Graph`.
+
+    Raises:
+        GraphFormatError: naming the node (id and name), entry or field at fault.
+
+    Example:
+        >>> from graphrt.schema import parse_spec
+        >>> spec = parse_spec('{"nodes": [{"op": "null", "name": "x", "inputs": []}], '
+        ...     '"arg_nodes": [0], "node_row_ptr": [0, 1], "heads": [[0, 0, 0]], "attrs": {'
+        ...     '"dltype": ["list_str", ["float32"]], "shape": ["list_shape", [[2]]], '
+        ...     '"storage_id": ["list_int", [0]]}}')
+        >>> build_graph(spec).input_names
+        ('x',)
+    """
+    specs = spec.nodes
+    names = [node.name for node in specs]
+    counts: list[int] = []
+    op_info: list[tuple[dict[str, str], int] | None] = []
+    for nid, node in enumerate(specs):
+        if node.op == "null":
+            if node.inputs:
+                raise _fail(f"node {nid} {node.name!r}", "an input (null) node cannot have inputs")
+            counts.append(1)
+            op_info.append(None)
+        else:
+            attrs, _, num_outputs = _check_op_attrs(node, nid)
+            counts.append(num_outputs)
+            op_info.append((attrs, num_outputs))
+    _check_row_ptr(spec, counts)
+    row_ptr = spec.node_row_ptr
+    entries = _build_entries(spec, specs, row_ptr)
+
+    nodes = []
+    for nid, node in enumerate(specs):
+        inputs = tuple(
+            _resolve_ref(ref, f"node {nid} {node.name!r} input {i}", nid, row_ptr, names)
+            for i, ref in enumerate(node.inputs)
+        )
+        outputs = tuple(range(row_ptr[nid], row_ptr[nid + 1]))
+        info = op_info[nid]
+        attrs = info[0] if info else node.op_attrs
+        nodes.append(Node(nid, node.name, node.op, inputs, outputs,
+                          attrs["func_name"] if info else None,
+                          attrs.get("flatten_data") == "1", MappingProxyType(attrs)))
+
+    arg_nodes = _check_arg_nodes(spec, nodes)
+    heads = tuple(_resolve_ref(ref, f"heads[{i}]", len(nodes), row_ptr, names)
+                  for i, ref in enumerate(spec.heads))
+    graph = Graph(tuple(nodes), tuple(entries), arg_nodes, heads,
+                  tuple(nodes[nid].name for nid in arg_nodes),
+                  tuple(_output_name(nodes[entries[eid].nid], entries[eid].index)
+                        for eid in heads))
+    for built in graph.nodes:
+        if built.func_name in BUILTINS:
+            _check_builtin(graph, built)
+    return graph
+
+
+def _output_name(node: Node, index: int) -> str:
+    return node.name if len(node.outputs) == 1 else f"{node.name}:{index}"
+
+
+def _check_arg_nodes(spec: GraphSpec, nodes: list[Node]) -> tuple[int, ...]:
+    seen: dict[str, int] = {}
+    for i, nid in enumerate(spec.arg_nodes):
+        if not 0 <= nid < len(nodes):
+            raise _fail(f"arg_nodes[{i}]", f"node id {nid} does not exist "
+                        f"(the graph has {len(nodes)} nodes)")
+        node = nodes[nid]
+        if node.op != "null":
+            raise _fail(f"arg_nodes[{i}]", f"{node.label} is an op node, not an input (null) node")
+        if node.name in seen:
+            raise _fail(f"arg_nodes[{i}]", f"{node.label} has the same name as input node "
+                        f"{seen[node.name]}; input names must be unique")
+        seen[node.name] = nid
+    for node in nodes:
+        if node.op == "null" and node.name not in seen:
+            raise _fail(node.label, "input (null) node is not listed in arg_nodes, so it could "
+                        "never be set")
+    return tuple(spec.arg_nodes)
+
+
+def _check_builtin(graph: Graph, node: Node) -> None:
+    if len(node.inputs) != 1 or len(node.outputs) != 1:
+        raise _fail(node.label, f"{node.func_name} takes exactly 1 input and 1 output, given "
+                    f"{len(node.inputs)} and {len(node.outputs)}")
+    src, dst = graph.entries[node.inputs[0]], graph.entries[node.outputs[0]]
+    if src.nbytes != dst.nbytes or src.dtype != dst.dtype:
+        raise _fail(node.label, f"{node.func_name} input is {src.dtype}{list(src.shape)} but its "
+                    f"output is {dst.dtype}{list(dst.shape)}; both must hold the same data")
+    if node.func_name == NOP and src.sid != dst.sid:
+        raise _fail(node.label, f"__nop output {dst.eid} uses storage_id {dst.sid} but its input "
+                    f"{src.eid} uses {src.sid}; a __nop must alias its input's storage")

@@ -1,0 +1,79 @@
+"""Pydantic models faithful to the graph JSON TVM's graph executor read.
+
+These models check the *form* of the document (keys, types, tags); the meaning (references,
+lengths, dtypes) is checked by :mod:`graphrt.schema.graph` when it builds the normalized graph.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+__all__ = ["Columns", "GraphSpec", "NodeSpec"]
+
+EntryRef = Annotated[list[StrictInt], Field(min_length=2, max_length=3)]
+"""``[nid, index]`` or ``[nid, index, version]``; version is ignored."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeSpec(_Frozen):
+    """One node of the ``nodes`` list."""
+
+    op: Literal["null", "tvm_op"]
+    name: StrictStr
+    inputs: list[EntryRef] = Field(default_factory=list)
+    attrs: dict[StrictStr, StrictStr] | None = None
+    attr: dict[StrictStr, StrictStr] | None = None  # legacy spelling of attrs
+    control_deps: list[StrictInt] | None = None
+
+    @property
+    def op_attrs(self) -> dict[str, str]:
+        """The node's attributes under either spelling (``attrs`` wins)."""
+        return dict(self.attrs if self.attrs is not None else self.attr or {})
+
+
+ListInt = tuple[Literal["list_int"], list[StrictInt]]
+ListStr = tuple[Literal["list_str"], list[StrictStr]]
+ListShape = tuple[Literal["list_shape"], list[list[StrictInt]]]
+
+
+class Columns(BaseModel):
+    """The typed per-entry columns of the top-level ``attrs``.
+
+    Unknown columns are legacy ones (``dtype``, ...); TVM skipped them when tagged ``list_int``
+    or ``size_t`` and refused any other tag, and so does graphrt.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    dltype: ListStr
+    shape: ListShape
+    storage_id: ListInt
+    device_index: ListInt | None = None
+    storage_scope: ListStr | None = None
+
+    @model_validator(mode="after")
+    def _legacy_columns_are_skippable(self) -> Columns:
+        for key, value in (self.model_extra or {}).items():
+            tag = value[0] if isinstance(value, list | tuple) and len(value) == 2 else None
+            if tag not in ("list_int", "size_t"):
+                raise ValueError(
+                    f"unknown attrs column {key!r}: only 'list_int' or 'size_t' columns can be "
+                    f"skipped, given {str(value)[:60]}"
+                )
+        return self
+
+
+class GraphSpec(_Frozen):
+    """The whole graph document: five required keys, ``metadata`` tolerated."""
+
+    nodes: list[NodeSpec]
+    arg_nodes: list[StrictInt]
+    node_row_ptr: list[StrictInt]
+    heads: list[EntryRef]
+    attrs: Columns
+    metadata: Any = None

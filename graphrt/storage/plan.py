@@ -1,0 +1,204 @@
+"""Storage planning: a pure function from (graph, devices) to a device-tagged pool.
+
+Nothing here allocates. The executor allocates one buffer per :class:`PoolEntry` and makes every
+entry an offset-0 typed view of its slot.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ..devices import Device
+from ..devices.base import KIND_NAMES
+from ..errors import PlacementError
+from ..schema import COPY, Graph
+
+__all__ = ["Fallback", "PoolEntry", "StoragePlan", "plan_storage"]
+
+
+@dataclass(frozen=True)
+class PoolEntry:
+    """One storage slot: its id, device, size (the largest entry sharing it) and entries."""
+
+    sid: int
+    device: Device
+    nbytes: int
+    entries: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """An entry the graph wanted on device type ``requested`` that went to devices[0]."""
+
+    eid: int
+    requested: int
+    device: Device
+
+    @property
+    def reason(self) -> str:
+        """Why it fell back, in words."""
+        kind = KIND_NAMES.get(self.requested, f"type {self.requested}")
+        return f"no {kind} device (type {self.requested}) was given; fell back to {self.device}"
+
+
+@dataclass(frozen=True)
+class StoragePlan:
+    """Where every entry lives and how big every slot is.
+
+    Attributes:
+        devices: the devices given, devices[0] being the fallback.
+        pool: the slots by storage id, in id order (ids need not be dense).
+        entry_device: the device of each entry, by entry id.
+        node_device: the device each node runs on, by node id.
+        fallbacks: every entry that fell back to devices[0].
+    """
+
+    devices: tuple[Device, ...]
+    pool: Mapping[int, PoolEntry]
+    entry_device: tuple[Device, ...]
+    node_device: tuple[Device, ...]
+    fallbacks: tuple[Fallback, ...]
+
+    def bytes_per_device(self) -> dict[Device, int]:
+        """Bytes of storage each device holds (every device given appears, maybe with 0)."""
+        totals = dict.fromkeys(self.devices, 0)
+        for slot in self.pool.values():
+            totals[slot.device] += slot.nbytes
+        return totals
+
+
+def _placer(devices: tuple[Device, ...]) -> dict[int, Device]:
+    first: dict[int, Device] = {}
+    for dev in devices:
+        first.setdefault(dev.type_code, dev)
+    return first
+
+
+def _check_devices(devices: Sequence[Device]) -> tuple[Device, ...]:
+    if not devices:
+        raise PlacementError("at least one device is needed; devices[0] is the fallback")
+    seen = set()
+    for dev in devices:
+        if not isinstance(dev, Device):
+            raise PlacementError(f"devices must be graphrt devices (graphrt.cpu(0), ...), "
+                                 f"given {dev!r}")
+        if dev in seen:
+            raise PlacementError(f"device {dev} is given twice")
+        seen.add(dev)
+    return tuple(devices)
+
+
+def plan_storage(graph: Graph, devices: Sequence[Device], *, strict: bool = False,
+                 capacity: Mapping[Device, int | None] | None = None) -> StoragePlan:
+    """Place every entry on a device and size one slot per storage id.
+
+    An entry whose ``device_index`` code is T goes on the first device of type T, else on
+    ``devices[0]`` (a fallback, reported in :attr:`StoragePlan.fallbacks`).
+
+    Args:
+        graph: the validated graph.
+        devices: the devices to run on; ``devices[0]`` is the fallback.
+        strict: refuse to fall back (raise instead).
+        capacity: bytes each device can hold, to refuse a plan that cannot be allocated.
+
+    Raises:
+        PlacementError: a storage id on two devices, a node whose inputs sit on another device
+            than it runs on (with no ``__copy`` between), an unsupported storage scope, a fallback
+            under ``strict``, or storage beyond a device's capacity.
+
+    Example:
+        >>> import graphrt
+        >>> from graphrt.schema import load_graph
+        >>> plan = plan_storage(load_graph("examples/graphs/simplex.json"),  # doctest: +SKIP
+        ...                     [graphrt.cpu(0), graphrt.sim(0)])
+    """
+    devices = _check_devices(devices)
+    by_type = _placer(devices)
+    entry_device: list[Device] = []
+    fallbacks: list[Fallback] = []
+    for entry in graph.entries:
+        code = entry.device_type
+        dev = devices[0] if code is None else by_type.get(code, devices[0])
+        if code is not None and code not in by_type:
+            fallbacks.append(Fallback(entry.eid, code, dev))
+        entry_device.append(dev)
+    if strict and fallbacks:
+        listed = "; ".join(f"{graph.entry_label(f.eid)}: {f.reason}" for f in fallbacks[:5])
+        more = f" (and {len(fallbacks) - 5} more)" if len(fallbacks) > 5 else ""
+        raise PlacementError(f"strict placement: {len(fallbacks)} entries would fall back to "
+                             f"{devices[0]}: {listed}{more}")
+
+    pool = _plan_pool(graph, entry_device)
+    _check_capacity(graph, pool, capacity or {})
+    node_device = tuple(_node_device(graph, nid, entry_device, devices[0])
+                        for nid in range(len(graph.nodes)))
+    return StoragePlan(devices, MappingProxyType(pool), tuple(entry_device), node_device,
+                       tuple(fallbacks))
+
+
+def _plan_pool(graph: Graph, entry_device: list[Device]) -> dict[int, PoolEntry]:
+    slots: dict[int, tuple[Device, int, list[int]]] = {}
+    for entry in graph.entries:
+        if entry.scope:
+            raise PlacementError(f"{graph.entry_label(entry.eid)} has storage scope "
+                                 f"{entry.scope!r}; graphrt supports only global memory")
+        dev = entry_device[entry.eid]
+        slot = slots.get(entry.sid)
+        if slot is None:
+            slots[entry.sid] = (dev, entry.nbytes, [entry.eid])
+            continue
+        if slot[0] != dev:
+            raise PlacementError(
+                f"storage_id {entry.sid} is used on two devices: by "
+                f"{graph.entry_label(slot[2][0])} on {slot[0]} and by "
+                f"{graph.entry_label(entry.eid)} on {dev}")
+        slot[2].append(entry.eid)
+        if entry.nbytes > slot[1]:
+            slots[entry.sid] = (dev, entry.nbytes, slot[2])
+    return {sid: PoolEntry(sid, dev, nbytes, tuple(eids))
+            for sid, (dev, nbytes, eids) in sorted(slots.items())}
+
+
+def _check_capacity(graph: Graph, pool: dict[int, PoolEntry],
+                    capacity: Mapping[Device, int | None]) -> None:
+    totals: dict[Device, int] = {}
+    largest: dict[Device, PoolEntry] = {}
+    for slot in pool.values():
+        limit = capacity.get(slot.device)
+        if slot.nbytes > sys.maxsize or (limit is not None and slot.nbytes > limit):
+            eid = max(slot.entries, key=lambda e: graph.entries[e].nbytes)
+            shown = "the address space" if limit is None else f"{limit} bytes"
+            raise PlacementError(f"{graph.entry_label(eid)} needs {slot.nbytes} bytes "
+                                 f"(storage_id {slot.sid}) on {slot.device}, beyond {shown}")
+        totals[slot.device] = totals.get(slot.device, 0) + slot.nbytes
+        if slot.device not in largest or slot.nbytes > largest[slot.device].nbytes:
+            largest[slot.device] = slot
+    for dev, total in totals.items():
+        limit = capacity.get(dev)
+        if limit is not None and total > limit:
+            slot = largest[dev]
+            raise PlacementError(
+                f"the graph needs {total} bytes on {dev}, which holds {limit}; the largest slot "
+                f"is storage_id {slot.sid} ({slot.nbytes} bytes, "
+                f"{graph.entry_label(slot.entries[0])})")
+
+
+def _node_device(graph: Graph, nid: int, entry_device: list[Device], fallback: Device) -> Device:
+    node = graph.nodes[nid]
+    if not node.outputs:
+        return fallback
+    dev = entry_device[node.outputs[0]]
+    for eid in node.outputs[1:]:
+        if entry_device[eid] != dev:
+            raise PlacementError(f"{node.label} has outputs on two devices: {dev} and "
+                                 f"{entry_device[eid]} ({graph.entry_label(eid)})")
+    if node.func_name != COPY:
+        for eid in node.inputs:
+            if entry_device[eid] != dev:
+                raise PlacementError(
+                    f"{node.label} runs on {dev} but its input {graph.entry_label(eid)} is on "
+                    f"{entry_device[eid]}; a __copy node must move it first")
+    return dev
