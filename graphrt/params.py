@@ -56,7 +56,8 @@ def iter_params(blob: bytes | bytearray | memoryview) -> Iterator[tuple[str, np.
     """
     if not isinstance(blob, bytes | bytearray | memoryview):
         raise InputError(f"a params blob is bytes, given {type(blob).__name__}")
-    reader = _Reader(memoryview(blob).cast("B"))
+    view = memoryview(blob)
+    reader = _Reader((view if view.c_contiguous else memoryview(view.tobytes())).cast("B"))
     magic, _reserved = reader.unpack("QQ", "header")
     if magic != LIST_MAGIC:
         raise GraphFormatError(f"not a params blob: magic is {magic:#018x}, expected "
@@ -101,7 +102,10 @@ def _read_array(reader: _Reader, name: str) -> np.ndarray[Any, Any]:
         raise GraphFormatError(f"params blob: {what} is {dtype}{list(shape)}, which is "
                                f"{prod(shape) * dtype.itemsize} bytes, but says {nbytes}")
     data = reader.take(nbytes, f"data of {what}")
-    return np.frombuffer(data, dtype=dtype.numpy.newbyteorder("<")).reshape(shape)
+    try:
+        return np.frombuffer(data, dtype=dtype.numpy.newbyteorder("<")).reshape(shape)
+    except ValueError as err:  # e.g. an empty array with a dimension numpy cannot index
+        raise GraphFormatError(f"params blob: {what} has shape {list(shape)}: {err}") from None
 
 
 def load_params(blob: bytes | bytearray | memoryview) -> dict[str, np.ndarray[Any, Any]]:

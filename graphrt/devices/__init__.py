@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import DeviceError, InputError
 from .base import ALIGNMENT, CPU, CUDA, KIND_CODES, SIM, Array, Backend, Device
-from .cpu import CpuBackend
-from .sim import SimArray, SimBackend, SimCounters
+from .cpu_backend import CpuBackend
+from .sim_backend import SimArray, SimBackend, SimCounters
 
 __all__ = [
     "ALIGNMENT",
@@ -100,7 +100,7 @@ def device(spec: str | Device) -> Device:
 
 def _cuda_module() -> Any:
     try:
-        from . import cuda as cuda_backend
+        from . import cuda_backend
     except ImportError as err:
         raise DeviceError("cuda devices need CuPy, which is not installed: "
                           "pip install 'graphrt[cuda]'") from err

@@ -91,7 +91,8 @@ class Library:
 
     def resolve(self, name: str, device_type: int) -> Kernel | None:
         """The kernel for ``name`` on ``device_type``: device-specific first, then generic."""
-        return self._by_device.get((name, device_type)) or self._generic.get(name)
+        kernel = self._by_device.get((name, device_type))
+        return self._generic.get(name) if kernel is None else kernel
 
     def __contains__(self, name: object) -> bool:
         return name in self._generic or any(key[0] == name for key in self._by_device)

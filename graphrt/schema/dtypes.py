@@ -71,7 +71,7 @@ def parse_dtype(text: str) -> DType:
     """
     dtype = _DTYPES.get(text)
     if dtype is None:
-        raise ValueError(f"unsupported dtype {text!r} (supported: {SUPPORTED})")
+        raise ValueError(f"unsupported dtype {text[:40]!r} (supported: {SUPPORTED})")
     return dtype
 
 

@@ -24,6 +24,7 @@ COPY = "__copy"
 BUILTINS = (NOP, COPY)
 _REQUIRED_OP_ATTRS = ("func_name", "num_inputs", "num_outputs", "flatten_data")
 _GLOBAL_SCOPES = ("", "global")
+_MAX_COUNT_DIGITS = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +102,9 @@ def _fail(where: str, problem: str) -> GraphFormatError:
 
 def _parse_count(node: NodeSpec, nid: int, attrs: Mapping[str, str], key: str) -> int:
     text = attrs[key]
-    if not text.isdigit() or not text.isascii():
+    if not (text.isascii() and text.isdigit() and len(text) <= _MAX_COUNT_DIGITS):
         raise _fail(f"node {nid} {node.name!r}", f"attr {key!r} must be a non-negative integer "
-                    f"string, given {text!r}")
+                    f"string, given {text[:40]!r} (at most {_MAX_COUNT_DIGITS} digits)")
     return int(text)
 
 

@@ -31,8 +31,9 @@ def _read(source: str | bytes | bytearray | memoryview | os.PathLike[str]) -> by
     path = Path(source)
     try:
         return path.read_bytes()
-    except OSError as err:
-        raise GraphFormatError(f"cannot read graph file {str(path)[:200]!r}: {err.strerror}"
+    except (OSError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) else str(err)
+        raise GraphFormatError(f"cannot read graph file {str(path)[:200]!r}: {reason}"
                                " (a str is read as a path unless it starts with '{')") from None
 
 
@@ -49,7 +50,8 @@ def _where(loc: tuple[int | str, ...], data: object) -> str:
         label = f"node {nid}" + (f" {name!r}" if name is not None else "")
         return f"{label} field {rest!r}" if rest else label
     if len(loc) >= 4 and loc[0] == "attrs" and loc[2] == 1 and isinstance(loc[3], int):
-        return f"attrs column {loc[1]!r} entry {loc[3]}"
+        dim = f" dimension {loc[4]}" if len(loc) >= 5 else ""
+        return f"attrs column {loc[1]!r} entry {loc[3]}{dim}"
     return ".".join(str(part) for part in loc) or "graph"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .base import Array, Backend, Device
-from .cpu import aligned_zeros
+from .cpu_backend import aligned_zeros
 
 __all__ = ["SimArray", "SimBackend", "SimCounters"]
 

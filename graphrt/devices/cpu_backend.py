@@ -15,7 +15,10 @@ def aligned_zeros(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """A zero-filled uint8 host buffer whose first byte is :data:`ALIGNMENT`-aligned."""
     raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % ALIGNMENT
-    return raw[offset : offset + nbytes]
+    # Not a slice: numpy gives an empty slice its base's address, unaligned.
+    aligned: np.ndarray[Any, np.dtype[np.uint8]] = np.ndarray(
+        (nbytes,), dtype=np.uint8, buffer=raw, offset=offset)
+    return aligned
 
 
 class CpuBackend(Backend):
