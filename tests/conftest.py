@@ -1,0 +1,79 @@
+"""Shared fixtures: example graphs retargeted to an accelerator, kernels, the cuda marker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import graphrt
+from graphrt.devices import locate
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
+EXAMPLE_GRAPHS = sorted(path.stem for path in EXAMPLES.glob("*.json"))
+
+
+def gpu_available() -> bool:
+    try:
+        graphrt.cuda(0)
+    except graphrt.DeviceError:
+        return False
+    return True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU and cupy (pip install 'graphrt[cuda]')")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+def example_graph(name: str, accelerator: graphrt.Device | None = None) -> dict[str, Any]:
+    """An example graph as a dict; its accelerator entries (code 2) moved to ``accelerator``."""
+    graph: dict[str, Any] = orjson.loads((EXAMPLES / f"{name}.json").read_bytes())
+    if accelerator is not None and "device_index" in graph["attrs"]:
+        codes = graph["attrs"]["device_index"][1]
+        graph["attrs"]["device_index"][1] = [
+            accelerator.type_code if code == graphrt.devices.CUDA else code for code in codes]
+    return graph
+
+
+def _same_device(*arrays: Any) -> None:
+    devices = {locate(array)[0] for array in arrays}
+    if len(devices) != 1:
+        raise AssertionError(f"kernel received arrays of several devices: {devices}")
+
+
+def strict_add(a: Any, b: Any, out: Any) -> None:
+    _same_device(a, b, out)
+    np.add(a, b, out=out)
+
+
+def strict_sub(a: Any, b: Any, out: Any) -> None:
+    _same_device(a, b, out)
+    np.subtract(a, b, out=out)
+
+
+@pytest.fixture
+def elemwise_lib() -> graphrt.Library:
+    """Generic add/sub kernels that refuse arrays of mixed devices."""
+    return graphrt.Library({"elemwise_add": strict_add, "elemwise_sub": strict_sub})
+
+
+@pytest.fixture
+def sim() -> graphrt.Device:
+    device = graphrt.sim(0)
+    graphrt.sim_counters(device).reset()
+    return device
+
+
+def random_inputs(mod: graphrt.GraphModule, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    info = mod.get_input_info()
+    return {name: rng.standard_normal(shape).astype(info["dtype"][name])
+            for name, shape in info["shape"].items()}

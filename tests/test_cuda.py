@@ -1,0 +1,84 @@
+"""The cuda backend on a real GPU (skipped cleanly without one: see conftest)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import EXAMPLE_GRAPHS, example_graph, random_inputs
+from test_heterogeneous import EXPECTED
+
+import graphrt
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture
+def gpu() -> graphrt.Device:
+    return graphrt.cuda(0)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_GRAPHS)
+def test_example_runs_exactly_on_cpu_and_cuda(name: str, gpu: graphrt.Device,
+                                              elemwise_lib: graphrt.Library) -> None:
+    import cupy
+
+    mod = graphrt.create(example_graph(name, gpu), elemwise_lib, graphrt.cpu(0), gpu)
+    assert {dev.kind for dev in mod.plan.entry_device} == {"cpu", "cuda"}
+    values = random_inputs(mod)
+    mod.run(**values)
+    assert isinstance(mod.get_output(0), cupy.ndarray)
+    np.testing.assert_array_equal(mod.get_output(0, out=np.empty(4, "float32")),
+                                  EXPECTED[name](values))
+
+
+def test_cupy_inputs_and_outputs(gpu: graphrt.Device, elemwise_lib: graphrt.Library) -> None:
+    import cupy
+
+    mod = graphrt.create(example_graph("duplex", gpu), elemwise_lib, graphrt.cpu(0), gpu)
+    values = random_inputs(mod)
+    mod.run(**{name: cupy.asarray(value) for name, value in values.items()})
+    out = cupy.empty(4, dtype="float32")
+    assert mod.get_output(0, out=out) is out
+    np.testing.assert_array_equal(out.get(), EXPECTED["duplex"](values))
+
+
+def test_cuda_kernels_receive_cupy_arrays(gpu: graphrt.Device) -> None:
+    import cupy
+
+    def on_gpu(a: Any, b: Any, out: Any) -> None:
+        assert all(isinstance(x, cupy.ndarray) and x.device.id == 0 for x in (a, b, out))
+        cupy.add(a, b, out=out)
+
+    def on_cpu(a: Any, b: Any, out: Any) -> None:
+        assert all(type(x) is np.ndarray for x in (a, b, out))
+        np.subtract(a, b, out=out)
+
+    lib = graphrt.Library()
+    lib.register("elemwise_add", on_gpu, device="cuda")
+    lib.register("elemwise_sub", on_cpu, device="cpu")
+    mod = graphrt.create(example_graph("duplex", gpu), lib, graphrt.cpu(0), gpu)
+    values = random_inputs(mod)
+    mod.run(**values)
+    np.testing.assert_array_equal(mod.get_output(0).get(), EXPECTED["duplex"](values))
+
+
+def test_kernel_error_on_cuda_names_the_device(gpu: graphrt.Device) -> None:
+    def broken(a: Any, b: Any, out: Any) -> None:
+        raise RuntimeError("kernel fault")
+
+    lib = {"elemwise_add": broken, "elemwise_sub": lambda a, b, o: np.subtract(a, b, out=o)}
+    mod = graphrt.create(example_graph("simplex", gpu), lib, graphrt.cpu(0), gpu)
+    with pytest.raises(graphrt.ExecutionError, match="failed on cuda:0") as info:
+        mod.run(**random_inputs(mod))
+    assert info.value.device == "cuda:0"
+
+
+def test_torch_cuda_tensor_through_dlpack(gpu: graphrt.Device,
+                                          elemwise_lib: graphrt.Library) -> None:
+    torch = pytest.importorskip("torch")
+    mod = graphrt.create(example_graph("simplex", gpu), elemwise_lib, graphrt.cpu(0), gpu)
+    values = {name: torch.full((4,), float(i), device="cuda") for i, name in enumerate("ABC")}
+    mod.run(**values)
+    assert mod.get_output(0, out=np.empty(4, "float32")).tolist() == [-1.0] * 4
