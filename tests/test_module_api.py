@@ -146,3 +146,18 @@ def test_load_params_is_all_or_nothing(mod: graphrt.GraphModule) -> None:
 
 def test_repr_names_the_shape_of_the_module(mod: graphrt.GraphModule) -> None:
     assert repr(mod) == "<GraphModule 9 nodes, 5 steps, 4 inputs, 1 outputs on cpu:0>"
+
+
+def test_inputs_named_like_set_input_parameters() -> None:
+    from builders import GraphBuilder
+
+    g = GraphBuilder()
+    key = g.input("key", [2])
+    value = g.input("value", [2])
+    out = g.op("add0", "add", [key, value], shape=[2])
+    mod = graphrt.create(g.build(heads=[out]), {"add": lambda a, b, o: np.add(a, b, out=o)})
+    mod.load_params({"key": f32(1, 2), "value": f32(3, 4)})
+    mod.run()
+    np.testing.assert_array_equal(mod.get_output(0), f32(4, 6))
+    mod.run(key=f32(0, 0), value=f32(1, 1))
+    np.testing.assert_array_equal(mod.get_output(0), f32(1, 1))

@@ -100,7 +100,7 @@ class GraphModule:
                 module stays usable.
         """
         if inputs:
-            self.set_input(**inputs)
+            self._set_inputs(inputs)
         nid = -1
         try:
             for kernel, args, nid in self._steps:  # noqa: B007 (nid names a failing step)
@@ -130,11 +130,14 @@ class GraphModule:
         Raises:
             InputError: an unknown name or index, or a shape or dtype that does not match.
         """
-        pending = dict(params)
+        pending: dict[Any, Any] = dict(params)
         if key is not None:
-            pending[self._input_name(key)] = value
-        transfers = [self._transfer_in(self._input_position(name), val)
-                     for name, val in pending.items()]
+            pending[key] = value
+        self._set_inputs(pending)
+
+    def _set_inputs(self, values: Mapping[Any, Any]) -> None:
+        transfers = [self._transfer_in(self._input_position(key), value)
+                     for key, value in values.items()]
         for move, src, dst in transfers:
             move(src, dst)
 
@@ -155,12 +158,13 @@ class GraphModule:
         if unknown:
             raise InputError(f"params {unknown[:10]} are not inputs of the graph (its inputs "
                              f"are: {_listing(self.graph.input_names)})")
-        self.set_input(**values)
+        self._set_inputs(values)
 
     def get_input(self, key: int | str, out: Any = None) -> Any:
         """The input's array on its device, or a copy of it in ``out`` (checked)."""
-        eid = self._input_eids[self._input_position(key)]
-        return self._read(eid, out, f"input {self.graph.input_names[self._input_position(key)]!r}")
+        position = self._input_position(key)
+        return self._read(self._input_eids[position], out,
+                          f"input {self.graph.input_names[position]!r}")
 
     def get_num_inputs(self) -> int:
         """Number of inputs, params included (TVM counts both)."""
@@ -212,9 +216,6 @@ class GraphModule:
         return {"shape": {name: e.shape for name, e in zip(names, entries, strict=True)},
                 "dtype": {name: e.dtype.name for name, e in zip(names, entries, strict=True)}}
 
-    def _input_name(self, key: int | str) -> str:
-        return self.graph.input_names[self._input_position(key)]
-
     def _input_position(self, key: int | str) -> int:
         names = self.graph.input_names
         if isinstance(key, str):
@@ -238,7 +239,7 @@ class GraphModule:
         eid = self._input_eids[position]
         what = f"input {self.graph.input_names[position]!r} (node {self.graph.arg_nodes[position]})"
         src_dev, src = _locate(value, what)
-        self._check_fits(eid, src, what, "given")
+        self._check_fits(eid, src, what)
         return copier(src_dev, self.plan.entry_device[eid]), src, self._views[eid]
 
     def _read(self, eid: int, out: Any, what: str) -> Any:
@@ -246,17 +247,17 @@ class GraphModule:
         if out is None:
             return view
         out_dev, target = _locate(out, f"out buffer for {what}")
-        self._check_fits(eid, target, f"out buffer for {what}", "given")
+        self._check_fits(eid, target, f"out buffer for {what}")
         if not _writable(target):
             raise InputError(f"out buffer for {what} is read-only")
         copier(self.plan.entry_device[eid], out_dev)(view, target)
         return out
 
-    def _check_fits(self, eid: int, array: Array, what: str, verb: str) -> None:
+    def _check_fits(self, eid: int, array: Array, what: str) -> None:
         entry = self.graph.entries[eid]
         shape, dtype = tuple(array.shape), array.dtype
         if shape != entry.shape or dtype != entry.dtype.numpy:
-            raise InputError(f"{what}: expected shape {entry.shape} {entry.dtype}, {verb} "
+            raise InputError(f"{what}: expected shape {entry.shape} {entry.dtype}, given "
                              f"shape {shape} {dtype}")
 
 
