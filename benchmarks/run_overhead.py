@@ -62,7 +62,7 @@ def compare(label: str, kernel: Callable[..., None], n_nodes: int, repeat: int,
             number: int) -> None:
     mod = graphrt.create(chain_graph(n_nodes), {"inc": kernel}, graphrt.cpu(0))
     mod.set_input("x", np.zeros(4, dtype="float32"))
-    calls = [(step_kernel, step_args) for step_kernel, step_args, _ in mod._steps]
+    calls = [(step_kernel, step_args) for step_kernel, step_args, _ in mod._table.steps]
 
     def bare_loop() -> None:
         for call_kernel, call_args in calls:

@@ -89,6 +89,10 @@ class Backend(ABC):
     def native(self, value: object) -> Array | None:
         """``value`` as this device kind's array without a copy, or None if it is not one."""
 
+    def data_ptr(self, array: Array) -> int:
+        """Address of the array's first element (host address on host devices)."""
+        return int(array.ctypes.data)
+
     @abstractmethod
     def copy(self, src: Array, dst: Array) -> None:
         """Copy between two arrays of this device kind (the ordinals may differ)."""

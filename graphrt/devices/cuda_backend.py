@@ -55,6 +55,9 @@ class CudaBackend(Backend):
             return cupy.from_dlpack(value)
         return None
 
+    def data_ptr(self, array: Array) -> int:
+        return int(array.data.ptr)
+
     def copy(self, src: Array, dst: Array) -> None:
         with self._context:
             if src.flags.c_contiguous and dst.flags.c_contiguous:

@@ -1,24 +1,14 @@
-"""Everything ``create()`` prepares once: kernels resolved, storage allocated, steps bound.
-
-A step is ``(callable, args, node_id)``: a kernel with its node's arrays (inputs then outputs,
-1-D views when ``flatten_data`` is set), or a cross-device copy for a ``__copy`` node. ``__nop``
-nodes become no step at all: their output is a view of their input's slot.
-"""
+"""What ``create()`` prepares once before steps are bound: kernels resolved, storage allocated."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from ..devices import Array, backend_for, copier
+from ..devices import Array, backend_for
 from ..errors import KernelNotFoundError, PlacementError
 from ..lib import Kernel, Library
 from ..schema import COPY, NOP, Graph
 from ..storage import StoragePlan
 
-__all__ = ["Step", "allocate_views", "build_steps", "resolve_kernels"]
-
-Step = tuple[Callable[..., Any], tuple[Array, ...], int]
+__all__ = ["allocate_views", "resolve_kernels"]
 
 
 def resolve_kernels(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[Kernel | None, ...]:
@@ -67,24 +57,3 @@ def allocate_views(graph: Graph, plan: StoragePlan) -> list[Array]:
             raise PlacementError(f"{graph.entry_label(entry.eid)}: {dev} cannot hold "
                                  f"{entry.dtype}{list(entry.shape)}: {err}") from None
     return views
-
-
-def build_steps(graph: Graph, plan: StoragePlan, kernels: tuple[Kernel | None, ...],
-                views: list[Array]) -> tuple[Step, ...]:
-    """The flat list of calls a run makes, in node order."""
-    steps: list[Step] = []
-    for node in graph.nodes:
-        if node.op == "null" or node.func_name == NOP:
-            continue
-        if node.func_name == COPY:
-            src, dst = node.inputs[0], node.outputs[0]
-            move = copier(plan.entry_device[src], plan.entry_device[dst])
-            steps.append((move, (views[src], views[dst]), node.nid))
-            continue
-        kernel = kernels[node.nid]
-        assert kernel is not None  # resolve_kernels raised otherwise
-        args = tuple(views[eid] for eid in (*node.inputs, *node.outputs))
-        if node.flatten_data:
-            args = tuple(arg.reshape(-1) for arg in args)
-        steps.append((kernel, args, node.nid))
-    return tuple(steps)

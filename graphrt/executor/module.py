@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from ..devices import Array, Device, backend_for, copier, device, locate
@@ -11,11 +13,23 @@ from ..lib import LibrarySource, as_library
 from ..params import iter_params
 from ..schema import Graph, GraphSource, load_graph
 from ..storage import StoragePlan, plan_storage
-from .build import allocate_views, build_steps, resolve_kernels
+from .build import allocate_views, resolve_kernels
+from .steps import AliasGroups, Step, StepTable
 
 __all__ = ["GraphModule", "create"]
 
 _Transfer = tuple[Any, Array, Array]  # (copy function, source array, destination array)
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """Caller memory bound zero-copy to an input or output."""
+
+    given: Any  # the object the caller passed
+    native: Array  # the same memory as its device's array
+    device: Device
+    address: int
+    nbytes: int
 
 
 def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
@@ -68,13 +82,18 @@ class GraphModule:
     def __init__(self, graph: Graph, plan: StoragePlan, kernels: tuple[Any, ...]) -> None:
         self.graph = graph
         self.plan = plan
-        self._views = allocate_views(graph, plan)
-        self._steps = build_steps(graph, plan, kernels, self._views)
+        self._table = StepTable(graph, plan, kernels, allocate_views(graph, plan))
+        self._groups = AliasGroups(graph)
         self._input_eids = tuple(graph.nodes[nid].outputs[0] for nid in graph.arg_nodes)
+        self._input_of_entry = {eid: i for i, eid in enumerate(self._input_eids)}
         self._input_index = {name: i for i, name in enumerate(graph.input_names)}
         self._output_index: dict[str, int] = {}
         for i, name in enumerate(graph.output_names):
             self._output_index.setdefault(name, i)
+        self._bound_inputs: dict[int, _Binding] = {}
+        self._bound_outputs: dict[int, _Binding] = {}
+        self._copy_outs: dict[int, tuple[Step, ...]] = {}
+        self._copy_out_steps: tuple[Step, ...] = ()
 
     @property
     def devices(self) -> tuple[Device, ...]:
@@ -83,7 +102,7 @@ class GraphModule:
 
     def __repr__(self) -> str:
         devs = ", ".join(map(str, self.devices))
-        return (f"<GraphModule {len(self.graph.nodes)} nodes, {len(self._steps)} steps, "
+        return (f"<GraphModule {len(self.graph.nodes)} nodes, {len(self._table.steps)} steps, "
                 f"{self.get_num_inputs()} inputs, {self.get_num_outputs()} outputs on {devs}>")
 
     # -- running ---------------------------------------------------------------------------
@@ -103,10 +122,60 @@ class GraphModule:
             self._set_inputs(inputs)
         nid = -1
         try:
-            for kernel, args, nid in self._steps:  # noqa: B007 (nid names a failing step)
+            for kernel, args, nid in self._table.steps:  # noqa: B007 (nid names a failing step)
                 kernel(*args)
+            for move, args, nid in self._copy_out_steps:  # noqa: B007
+                move(*args)
         except Exception as err:
             raise self._execution_error(nid, err) from err
+
+    def invoke_with_outputs(self, inputs: Mapping[int | str, Any],
+                            outputs: Sequence[Any]) -> Sequence[Any]:
+        """Run once reading ``inputs`` and writing ``outputs`` in place, all bound zero-copy.
+
+        The bindings hold for this call only: afterwards every input and output is bound as it
+        was before. ``outputs`` has one array per graph output, in order (``None`` leaves that
+        output unbound). The same checks as :meth:`set_input_zero_copy` and
+        :meth:`set_output_zero_copy` apply.
+
+        Returns:
+            ``outputs``, now holding the results.
+
+        Example:
+            >>> y = np.empty(4, "float32")  # doctest: +SKIP
+            >>> mod.invoke_with_outputs({"A": a, "B": b, "C": c}, [y])  # doctest: +SKIP
+        """
+        if not isinstance(outputs, Sequence) or len(outputs) != self.get_num_outputs():
+            count = len(outputs) if isinstance(outputs, Sequence) else type(outputs).__name__
+            raise InputError(f"outputs must be a sequence of {self.get_num_outputs()} arrays "
+                             f"(one per graph output), given {count}")
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs must be a mapping of names or indexes to arrays, given "
+                             f"{type(inputs).__name__}")
+        saved = dict(self._bound_inputs), dict(self._bound_outputs)
+        self._bind({self._input_position(key): value for key, value in inputs.items()},
+                   {i: value for i, value in enumerate(outputs) if value is not None})
+        try:
+            self.run()
+        finally:
+            self._restore(*saved)
+        return outputs
+
+    def __call__(self, **inputs: Any) -> tuple[Any, ...]:
+        """Run and return the outputs as fresh arrays the caller owns.
+
+        Inputs given here are set as by :meth:`set_input` (copied; they persist). Each output
+        is a new array on its device that the kernels write directly; the next run does not
+        touch it.
+
+        Example:
+            >>> (y,) = mod(A=a, B=b, C=c)  # doctest: +SKIP
+        """
+        if inputs:
+            self._set_inputs(inputs)
+        fresh = tuple(self._fresh_array(eid) for eid in self.graph.heads)
+        self.invoke_with_outputs({}, fresh)
+        return fresh
 
     def _execution_error(self, nid: int, err: Exception) -> ExecutionError:
         node = self.graph.nodes[nid]
@@ -136,10 +205,49 @@ class GraphModule:
         self._set_inputs(pending)
 
     def _set_inputs(self, values: Mapping[Any, Any]) -> None:
-        transfers = [self._transfer_in(self._input_position(key), value)
-                     for key, value in values.items()]
+        positions = [self._input_position(key) for key in values]
+        transfers = [self._transfer_in(position, value)
+                     for position, value in zip(positions, values.values(), strict=True)]
+        if any(position in self._bound_inputs for position in positions):
+            self._bind(dict.fromkeys(positions), {})  # back to module-owned storage
         for move, src, dst in transfers:
             move(src, dst)
+
+    def set_input_zero_copy(self, key: int | str, value: Any) -> None:
+        """Bind caller memory as an input: the graph reads ``value`` itself, with no copy.
+
+        The binding persists for later runs until the input is bound again, set with
+        :meth:`set_input` (which copies into module-owned storage again), or cleared with
+        ``value=None``. Every entry that aliases the input (``__nop`` views of it) reads the
+        caller's memory; the caller must not free or resize it while bound, and its contents
+        at run time are what the graph sees.
+
+        The array must be on the input's device, have its exact shape and dtype, be
+        C-contiguous, and be aligned to its dtype's size (what numpy and cupy kernels need;
+        graphrt's own buffers are 64-byte aligned, but any valid device pointer is accepted).
+        A failed bind leaves the previous binding in place.
+
+        Raises:
+            InputError: an unknown input, or a value that cannot be bound (says which check).
+
+        Example:
+            >>> mod.set_input_zero_copy("A", a)  # doctest: +SKIP
+        """
+        self._bind({self._input_position(key): value}, {})
+
+    def set_output_zero_copy(self, key: int | str, value: Any) -> None:
+        """Bind caller memory as an output: the producing kernel writes straight into it.
+
+        Persists for later runs until bound again or cleared with ``value=None``;
+        :meth:`get_output` returns ``value`` while bound. Checks as in
+        :meth:`set_input_zero_copy`, and the array must be writable. An output that no kernel
+        writes (an input, or a ``__nop`` view of one), or a second output aliasing the same
+        tensor, is copied into its buffer at the end of each run instead.
+
+        Raises:
+            InputError: an unknown output, or a value that cannot be bound.
+        """
+        self._bind({}, {self._output_position(key): value})
 
     def load_params(self, params: bytes | bytearray | memoryview | Mapping[str, Any]) -> None:
         """Set parameters from a TVM params blob or a mapping of name to array.
@@ -191,6 +299,9 @@ class GraphModule:
             InputError: no such output, or ``out`` does not fit.
         """
         position = self._output_position(index)
+        bound = self._bound_outputs.get(position)
+        if bound is not None and out is None:
+            return bound.given
         return self._read(self.graph.heads[position], out,
                           f"output {position} ({self.graph.output_names[position]!r})")
 
@@ -240,10 +351,10 @@ class GraphModule:
         what = f"input {self.graph.input_names[position]!r} (node {self.graph.arg_nodes[position]})"
         src_dev, src = _locate(value, what)
         self._check_fits(eid, src, what)
-        return copier(src_dev, self.plan.entry_device[eid]), src, self._views[eid]
+        return copier(src_dev, self.plan.entry_device[eid]), src, self._table.slot_views[eid]
 
     def _read(self, eid: int, out: Any, what: str) -> Any:
-        view = self._views[eid]
+        view = self._table.views[eid]
         if out is None:
             return view
         out_dev, target = _locate(out, f"out buffer for {what}")
@@ -259,6 +370,107 @@ class GraphModule:
         if shape != entry.shape or dtype != entry.dtype.numpy:
             raise InputError(f"{what}: expected shape {entry.shape} {entry.dtype}, given "
                              f"shape {shape} {dtype}")
+
+    # -- zero-copy binding -----------------------------------------------------------------
+
+    def _bind(self, inputs: Mapping[int, Any], outputs: Mapping[int, Any]) -> None:
+        """Validate bindings (None unbinds), then apply them all, or none."""
+        new_inputs, new_outputs = dict(self._bound_inputs), dict(self._bound_outputs)
+        for position, value in inputs.items():
+            new_inputs.pop(position, None)
+            if value is not None:
+                eid = self._input_eids[position]
+                new_inputs[position] = self._binding(
+                    eid, value, f"zero-copy input {self.graph.input_names[position]!r}",
+                    writable=False)
+        for position, value in outputs.items():
+            new_outputs.pop(position, None)
+            if value is not None:
+                new_outputs[position] = self._binding(
+                    self.graph.heads[position], value,
+                    f"zero-copy output {position} ({self.graph.output_names[position]!r})",
+                    writable=True)
+        self._check_overlaps(new_inputs, new_outputs)
+        self._restore(new_inputs, new_outputs)
+
+    def _restore(self, inputs: dict[int, _Binding], outputs: dict[int, _Binding]) -> None:
+        """Make these the bindings and rebind every alias group whose bindings changed."""
+        changed = {self._input_eids[p] for p in inputs.keys() ^ self._bound_inputs.keys()}
+        changed |= {self._input_eids[p] for p in inputs.keys() & self._bound_inputs.keys()
+                    if inputs[p] is not self._bound_inputs[p]}
+        changed |= {self.graph.heads[p] for p in outputs.keys() ^ self._bound_outputs.keys()}
+        changed |= {self.graph.heads[p] for p in outputs.keys() & self._bound_outputs.keys()
+                    if outputs[p] is not self._bound_outputs[p]}
+        self._bound_inputs, self._bound_outputs = inputs, outputs
+        arrays: dict[int, Array] = {}
+        for root in {self._groups.root[eid] for eid in changed}:
+            self._copy_outs[root] = self._rebind_group(root, arrays)
+        self._table.rebind(arrays)
+        self._copy_out_steps = tuple(chain.from_iterable(self._copy_outs.values()))
+
+    def _rebind_group(self, root: int, arrays: dict[int, Array]) -> tuple[Step, ...]:
+        """Point one alias group at its bound memory; return the copies it needs after a run."""
+        heads = self.graph.heads
+        bound = sorted(p for p in self._bound_outputs if self._groups.root[heads[p]] == root)
+        memory: _Binding | None = None
+        memory_eid = root
+        if root in self._input_of_entry:  # no kernel writes this group: outputs get copies
+            memory = self._bound_inputs.get(self._input_of_entry[root])
+        elif bound:
+            memory_eid, memory = heads[bound[0]], self._bound_outputs[bound[0]]
+            bound = bound[1:]
+        for eid in self._groups.members[root]:
+            if memory is None:
+                arrays[eid] = self._table.slot_views[eid]
+            elif eid == memory_eid:
+                arrays[eid] = memory.native
+            else:
+                arrays[eid] = memory.native.reshape(self.graph.entries[eid].shape)
+        return tuple(
+            (copier(self.plan.entry_device[heads[p]], self._bound_outputs[p].device),
+             (arrays[heads[p]], self._bound_outputs[p].native), self.graph.entries[heads[p]].nid)
+            for p in bound)
+
+    def _binding(self, eid: int, value: Any, what: str, *, writable: bool) -> _Binding:
+        dev, native = _locate(value, what)
+        expected = self.plan.entry_device[eid]
+        if dev != expected:
+            raise InputError(f"{what}: zero-copy needs an array on {expected}, given one on "
+                             f"{dev} (set_input and get_output(out=) copy across devices)")
+        self._check_fits(eid, native, what)
+        if not native.flags.c_contiguous:
+            raise InputError(f"{what}: zero-copy needs C-contiguous memory, given strides "
+                             f"{native.strides}")
+        if writable and not _writable(native):
+            raise InputError(f"{what}: the array is read-only")
+        address = backend_for(dev).data_ptr(native)
+        itemsize = native.dtype.itemsize
+        if native.nbytes and address % itemsize:
+            raise InputError(f"{what}: address {address:#x} is not aligned to {itemsize} bytes, "
+                             f"the size of {native.dtype}, which kernels need")
+        return _Binding(value, native, dev, address, native.nbytes)
+
+    def _check_overlaps(self, inputs: dict[int, _Binding], outputs: dict[int, _Binding]) -> None:
+        """Refuse two bindings sharing memory, unless they are one tensor bound twice."""
+        named = [(f"input {self.graph.input_names[p]!r}", self._input_eids[p], b)
+                 for p, b in inputs.items()]
+        named += [(f"output {p}", self.graph.heads[p], b) for p, b in outputs.items()]
+        for i, (what, eid, a) in enumerate(named):
+            for other, other_eid, b in named[i + 1:]:
+                if (a.device != b.device or not a.nbytes or not b.nbytes
+                        or a.address >= b.address + b.nbytes
+                        or b.address >= a.address + a.nbytes):
+                    continue
+                if (self._groups.root[eid] == self._groups.root[other_eid]
+                        and (a.address, a.nbytes) == (b.address, b.nbytes)):
+                    continue
+                raise InputError(f"zero-copy {what} and {other} overlap in memory; each bound "
+                                 "tensor needs its own buffer")
+
+    def _fresh_array(self, eid: int) -> Array:
+        entry, dev = self.graph.entries[eid], self.plan.entry_device[eid]
+        backend = backend_for(dev)
+        return backend.view(backend.allocate(entry.nbytes), entry.shape, entry.dtype.numpy)
 
 
 def _locate(value: Any, what: str) -> tuple[Device, Array]:
