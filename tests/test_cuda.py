@@ -82,3 +82,53 @@ def test_torch_cuda_tensor_through_dlpack(gpu: graphrt.Device,
     values = {name: torch.full((4,), float(i), device="cuda") for i, name in enumerate("ABC")}
     mod.run(**values)
     assert mod.get_output(0, out=np.empty(4, "float32")).tolist() == [-1.0] * 4
+
+
+def _negate_module(gpu: graphrt.Device) -> graphrt.GraphModule:
+    from builders import GraphBuilder
+
+    g = GraphBuilder(device_index=True)
+    x = g.input("x", [1024], dev=gpu.type_code)
+    y = g.op("neg", "neg", [x], shape=[1024], dev=gpu.type_code)
+    r = g.op("reshape_nop", "__nop", [y], shape=[32, 32], sids=[1], dev=gpu.type_code)
+    return graphrt.create(g.build(heads=[r]),
+                          {"neg": lambda a, o: np.negative(a, out=o)}, graphrt.cpu(0), gpu)
+
+
+def test_zero_copy_cupy_arrays(gpu: graphrt.Device) -> None:
+    import cupy
+
+    mod = _negate_module(gpu)
+    x = cupy.arange(1024, dtype="float32")
+    out = cupy.empty((32, 32), dtype="float32")
+    mod.set_input_zero_copy("x", x)
+    mod.set_output_zero_copy(0, out)
+    mod.run()
+    assert mod.get_output(0) is out
+    np.testing.assert_array_equal(out.get().reshape(-1), -np.arange(1024, dtype="float32"))
+    with pytest.raises(graphrt.InputError, match="zero-copy needs an array on cuda:0"):
+        mod.set_input_zero_copy("x", np.zeros(1024, "float32"))
+
+
+def test_caller_on_its_own_stream(gpu: graphrt.Device) -> None:
+    import cupy
+
+    mod = _negate_module(gpu)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:  # the contract: run() queues on the caller's current stream
+        for step in range(20):
+            x = cupy.full(1024, float(step), dtype="float32")
+            out = cupy.empty((32, 32), dtype="float32")
+            mod.invoke_with_outputs({"x": x}, [out])
+            assert float(out.sum()) == -1024.0 * step  # .sum() queues on the same stream
+    stream.synchronize()
+
+
+def test_call_returns_fresh_cupy_arrays(gpu: graphrt.Device) -> None:
+    import cupy
+
+    mod = _negate_module(gpu)
+    (first,) = mod(x=cupy.ones(1024, dtype="float32"))
+    (second,) = mod(x=cupy.full(1024, 2.0, dtype="float32"))
+    assert isinstance(first, cupy.ndarray)
+    assert float(first.sum()) == -1024.0 and float(second.sum()) == -2048.0

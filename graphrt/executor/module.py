@@ -110,8 +110,10 @@ class GraphModule:
     def run(self, **inputs: Any) -> None:
         """Set any inputs given by name, then execute every step in order.
 
-        On cuda the kernels and copies are queued on the current stream; ``get_output(i, out)``
-        into host memory waits for them.
+        On cuda the kernels and copies are queued on cupy's current stream of the device (run
+        inside ``with stream:`` to use your own); what you bound must be ready in that
+        stream's order, and the outputs are ready in it afterwards. ``get_output(i, out)`` into
+        host memory waits for them.
 
         Raises:
             InputError: an input given here does not fit (nothing is set then).
@@ -291,8 +293,9 @@ class GraphModule:
     def get_output(self, index: int | str, out: Any = None) -> Any:
         """Output ``index`` (a position or an output name).
 
-        Without ``out``: the output's array on its device, which the next run overwrites (copy
-        it to keep it). With ``out`` (numpy, cupy, sim or DLPack; any device): the output is
+        Without ``out``: the array bound with :meth:`set_output_zero_copy` if there is one,
+        else the module's own array on its device, which the next run overwrites (copy it to
+        keep it). With ``out`` (numpy, cupy, sim or DLPack; any device): the output is
         copied into it after checking shape and dtype, and ``out`` is returned.
 
         Raises:
