@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -12,11 +13,13 @@ from ..errors import ExecutionError, InputError
 from ..lib import LibrarySource, as_library
 from ..params import iter_params
 from ..schema import Graph, GraphSource, load_graph
-from ..storage import StoragePlan, plan_storage
+from ..storage import PlacementReport, StoragePlan, placement_report, plan_storage
 from .build import allocate_views, resolve_kernels
 from .steps import AliasGroups, Step, StepTable
 
 __all__ = ["GraphModule", "create"]
+
+logger = logging.getLogger("graphrt")
 
 _Transfer = tuple[Any, Array, Array]  # (copy function, source array, destination array)
 
@@ -94,11 +97,25 @@ class GraphModule:
         self._bound_outputs: dict[int, _Binding] = {}
         self._copy_outs: dict[int, tuple[Step, ...]] = {}
         self._copy_out_steps: tuple[Step, ...] = ()
+        if plan.fallbacks:
+            kinds = sorted({f.reason.partition(";")[0] for f in plan.fallbacks})
+            logger.warning("%d of %d entries fell back to %s (%s); see GraphModule.placement()",
+                           len(plan.fallbacks), len(graph.entries), plan.devices[0],
+                           ", ".join(kinds))
 
     @property
     def devices(self) -> tuple[Device, ...]:
         """The devices the module runs on; ``devices[0]`` is the fallback."""
         return self.plan.devices
+
+    def placement(self) -> PlacementReport:
+        """Nodes and bytes per device, every ``__copy`` with its direction and bytes, and every
+        entry that fell back to ``devices[0]`` with the reason.
+
+        Example:
+            >>> print(mod.placement().table())  # doctest: +SKIP
+        """
+        return placement_report(self.graph, self.plan)
 
     def __repr__(self) -> str:
         devs = ", ".join(map(str, self.devices))
