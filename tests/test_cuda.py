@@ -132,3 +132,14 @@ def test_call_returns_fresh_cupy_arrays(gpu: graphrt.Device) -> None:
     (second,) = mod(x=cupy.full(1024, 2.0, dtype="float32"))
     assert isinstance(first, cupy.ndarray)
     assert float(first.sum()) == -1024.0 and float(second.sum()) == -2048.0
+
+
+def test_profile_times_gpu_steps_with_events(gpu: graphrt.Device,
+                                             elemwise_lib: graphrt.Library) -> None:
+    mod = graphrt.create(example_graph("duplex", gpu), elemwise_lib, graphrt.cpu(0), gpu)
+    mod.set_input(**random_inputs(mod))
+    report = mod.profile(repeat=3)
+    assert {n.device for n in report.nodes} == {"cpu:0", "cuda:0"}
+    assert all(t > 0 for n in report.nodes for t in n.times_us)
+    result = mod.benchmark(repeat=3, number=5)
+    assert result.min > 0

@@ -8,11 +8,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "CPU", "CUDA", "SIM", "Array", "Backend", "Device", "host_memory_bytes"]
+__all__ = [
+    "ALIGNMENT",
+    "CPU",
+    "CUDA",
+    "SIM",
+    "Array",
+    "Backend",
+    "Device",
+    "StepTimer",
+    "host_memory_bytes",
+]
 
 # DLPack device type codes graphrt has backends for. Sim takes ext_dev's code.
 CPU, CUDA, SIM = 1, 2, 12
@@ -52,6 +62,18 @@ class Device:
 
     def __repr__(self) -> str:
         return f"graphrt.device({str(self)!r})"
+
+
+class StepTimer(Protocol):
+    """Times one step on a device whose work is asynchronous (one start/stop per repeat)."""
+
+    def start(self, repeat: int) -> None: ...
+
+    def stop(self, repeat: int) -> None: ...
+
+    def elapsed_us(self, repeat: int) -> float:
+        """Valid once the device has been synchronized."""
+        ...
 
 
 def host_memory_bytes() -> int | None:
@@ -111,6 +133,10 @@ class Backend(ABC):
     def capacity(self) -> int | None:
         """Bytes this device can hold at most, or None when unknown."""
         return host_memory_bytes()
+
+    def step_timer(self) -> StepTimer | None:
+        """A device-side timer for the profiler, or None where wall clock is exact (host)."""
+        return None
 
     def bind_kernel(self, kernel: Callable[..., object]) -> Callable[..., object]:
         """Wrap a kernel so it runs in this device's context (identity on host devices)."""

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import DeviceError
 from .base import Array, Backend, Device
 
-__all__ = ["CudaBackend", "check_available"]
+__all__ = ["CudaBackend", "EventTimer", "check_available"]
 
 
 def check_available(ordinal: int) -> None:
@@ -31,6 +31,28 @@ def check_available(ordinal: int) -> None:
                           f"({err})") from None
     if not 0 <= ordinal < count:
         raise DeviceError(f"cuda:{ordinal} does not exist: this machine has {count} GPU(s)")
+
+
+class EventTimer:
+    """CUDA events around one step, a pair per repeat, on the current stream."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self._events: dict[int, tuple[Any, Any]] = {}
+
+    def start(self, repeat: int) -> None:
+        with self._context:
+            pair = self._events.get(repeat) or (cupy.cuda.Event(), cupy.cuda.Event())
+            self._events[repeat] = pair
+            pair[0].record()
+
+    def stop(self, repeat: int) -> None:
+        with self._context:
+            self._events[repeat][1].record()
+
+    def elapsed_us(self, repeat: int) -> float:
+        begin, end = self._events[repeat]
+        return float(cupy.cuda.get_elapsed_time(begin, end)) * 1e3
 
 
 class CudaBackend(Backend):
@@ -87,6 +109,9 @@ class CudaBackend(Backend):
         with self._context:
             _free, total = cupy.cuda.runtime.memGetInfo()
         return int(total)
+
+    def step_timer(self) -> EventTimer:
+        return EventTimer(self._context)
 
     def bind_kernel(self, kernel: Callable[..., object]) -> Callable[..., object]:
         context = self._context

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import logging
+import os
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from pathlib import Path
 from typing import Any
 
-from ..devices import Array, Device, backend_for, copier, device, locate
+import numpy as np
+
+from ..devices import Array, Device, backend_for, copier, cpu, device, locate
 from ..errors import ExecutionError, InputError
 from ..lib import LibrarySource, as_library
 from ..params import iter_params
-from ..schema import Graph, GraphSource, load_graph
+from ..schema import COPY, Graph, GraphSource, load_graph
 from ..storage import PlacementReport, StoragePlan, placement_report, plan_storage
+from .benchmark import BenchmarkResult, time_calls
 from .build import allocate_views, resolve_kernels
+from .profiling import ProfileReport, profile_steps
 from .steps import AliasGroups, Step, StepTable
 
 __all__ = ["GraphModule", "create"]
@@ -97,6 +104,7 @@ class GraphModule:
         self._bound_outputs: dict[int, _Binding] = {}
         self._copy_outs: dict[int, tuple[Step, ...]] = {}
         self._copy_out_steps: tuple[Step, ...] = ()
+        self._step_nids = [nid for _, _, nid in self._table.steps]
         if plan.fallbacks:
             kinds = sorted({f.reason.partition(";")[0] for f in plan.fallbacks})
             logger.warning("%d of %d entries fell back to %s (%s); see GraphModule.placement()",
@@ -204,6 +212,145 @@ class GraphModule:
             f"{node.label} (func_name {func_name!r}) failed on {dev}: "
             f"{type(err).__name__}: {err}",
             node_id=nid, node_name=node.name, func_name=func_name, device=str(dev))
+
+    # -- measuring and debugging -----------------------------------------------------------
+
+    def profile(self, repeat: int = 10, *, warmup: int = 1) -> ProfileReport:
+        """Run ``warmup`` + ``repeat`` times and return per-node timings (``run()`` is untouched).
+
+        Each kernel and copy is timed: wall clock on host devices, CUDA events on cuda.
+
+        Raises:
+            InputError: ``repeat`` < 1 or ``warmup`` < 0.
+            ExecutionError: as :meth:`run`.
+
+        Example:
+            >>> print(mod.profile(repeat=20).table(top=10))  # doctest: +SKIP
+        """
+        _check_count("repeat", repeat, 1)
+        _check_count("warmup", warmup, 0)
+        for _ in range(warmup):
+            self.run()
+        steps = [*self._table.steps, *self._copy_out_steps]
+        is_copy = [self.graph.nodes[nid].func_name == COPY for _, _, nid in self._table.steps]
+        is_copy += [True] * len(self._copy_out_steps)
+        return profile_steps(self.graph, self.plan, steps, is_copy, repeat,
+                             self._execution_error)
+
+    def benchmark(self, repeat: int = 5, number: int = 5, min_repeat_ms: float | None = None,
+                  end_to_end: bool = False, **inputs: Any) -> BenchmarkResult:
+        """Time whole runs, waiting for every device to finish (TVM's cuda ``run()`` did not).
+
+        Args:
+            repeat: samples to take.
+            number: runs per sample (each sample is their mean).
+            min_repeat_ms: double ``number`` until one sample takes at least this long.
+            end_to_end: also time copying ``inputs`` in and every output out to host memory.
+            **inputs: set once before timing (or copied in on every run with ``end_to_end``).
+
+        Example:
+            >>> result = mod.benchmark(repeat=10, min_repeat_ms=100)  # doctest: +SKIP
+            >>> result.median, result.std  # doctest: +SKIP
+        """
+        if not end_to_end:
+            if inputs:
+                self._set_inputs(inputs)
+            return time_calls(self.run, self._synchronize, repeat=repeat, number=number,
+                              min_repeat_ms=min_repeat_ms)
+        if inputs:
+            self._set_inputs(inputs)  # checks them, and unbinds zero-copy inputs named here
+        moves_in = [self._transfer_in(self._input_position(key), value)
+                    for key, value in inputs.items()]
+        moves_out = []
+        for position, eid in enumerate(self.graph.heads):
+            if position not in self._bound_outputs:
+                host = np.empty(self.graph.entries[eid].shape, self.graph.entries[eid].dtype.numpy)
+                moves_out.append((copier(self.plan.entry_device[eid], cpu(0)), eid, host))
+
+        def end_to_end_call() -> None:
+            for move, src, dst in moves_in:
+                move(src, dst)
+            self.run()
+            views = self._table.views
+            for move, eid, host in moves_out:
+                move(views[eid], host)
+
+        return time_calls(end_to_end_call, self._synchronize, repeat=repeat, number=number,
+                          min_repeat_ms=min_repeat_ms)
+
+    def debug_get_output(self, node: int | str, index: int = 0, out: Any = None) -> Any:
+        """Output ``index`` of any node, as it is right after that node runs.
+
+        Runs the graph up to and including ``node`` (by id, or by name when the name is
+        unique) and returns a copy of its output (or copies it into ``out``), before any later
+        node can reuse its storage. Needs no special build.
+
+        Example:
+            >>> mod.debug_get_output("conv2d_0")  # doctest: +SKIP
+        """
+        nid = self._node_id(node)
+        outputs = self.graph.nodes[nid].outputs
+        if not 0 <= index < len(outputs):
+            raise InputError(f"{self.graph.nodes[nid].label} has {len(outputs)} output(s), "
+                             f"given index {index}")
+        self._run_steps(bisect_right(self._step_nids, nid))
+        eid = outputs[index]
+        target = self._fresh_array(eid) if out is None else out
+        self._read(eid, target, f"output {index} of {self.graph.nodes[nid].label}")
+        return target
+
+    def dump_outputs(self, path: str | os.PathLike[str]) -> Path:
+        """Run once and save every node's outputs, as each node finishes, to an ``.npz`` file.
+
+        Keys are ``"<node name>:<node id>:<output index>"`` (inputs and ``__nop`` views
+        included); values are host (numpy) copies.
+
+        Example:
+            >>> mod.dump_outputs("outputs.npz")  # doctest: +SKIP
+            >>> np.load("outputs.npz")["conv2d_0:12:0"]  # doctest: +SKIP
+        """
+        arrays: dict[str, np.ndarray[Any, Any]] = {}
+        done = 0
+        for node in self.graph.nodes:
+            stop = bisect_right(self._step_nids, node.nid)
+            self._run_steps(stop, start=done)
+            done = stop
+            for k, eid in enumerate(node.outputs):
+                arrays[f"{node.name}:{node.nid}:{k}"] = self._to_host(eid)
+        self._run_steps(len(self._table.steps) + len(self._copy_out_steps), start=done)
+        target = Path(path)
+        with target.open("wb") as handle:
+            np.savez(handle, **arrays)  # type: ignore[arg-type]  # keys never clash: "a:1:0"
+        return target
+
+    def _run_steps(self, stop: int, start: int = 0) -> None:
+        steps = [*self._table.steps, *self._copy_out_steps][start:stop]
+        nid = -1
+        try:
+            for kernel, args, nid in steps:  # noqa: B007
+                kernel(*args)
+        except Exception as err:
+            raise self._execution_error(nid, err) from err
+
+    def _node_id(self, node: int | str) -> int:
+        if isinstance(node, str):
+            matches = [n.nid for n in self.graph.nodes if n.name == node]
+            if len(matches) != 1:
+                raise InputError(f"no node is called {node!r}" if not matches else
+                                 f"{len(matches)} nodes are called {node!r} (ids {matches}); "
+                                 "give the node id")
+            return matches[0]
+        return _position(node, len(self.graph.nodes), "node")
+
+    def _to_host(self, eid: int) -> np.ndarray[Any, Any]:
+        entry = self.graph.entries[eid]
+        host = np.empty(entry.shape, dtype=entry.dtype.numpy)
+        copier(self.plan.entry_device[eid], cpu(0))(self._table.views[eid], host)
+        return host
+
+    def _synchronize(self) -> None:
+        for dev in self.devices:
+            backend_for(dev).synchronize()
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -511,6 +658,11 @@ def _position(key: object, count: int, kind: str) -> int:
     if not 0 <= key < count:
         raise InputError(f"{kind} index {key} is out of range: the graph has {count} {kind}s")
     return key
+
+
+def _check_count(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{name} must be an int >= {minimum}, given {value!r}")
 
 
 def _mapping_items(params: object) -> Any:
