@@ -88,11 +88,11 @@ def device(spec: str | Device) -> Device:
         return spec
     if not isinstance(spec, str):
         raise DeviceError(f"a device is given as text like 'cuda:0', given {spec!r}")
-    kind, _, ordinal_text = spec.strip().lower().partition(":")
+    kind, colon, ordinal_text = spec.strip().lower().partition(":")
     if kind not in KIND_CODES:
         raise DeviceError(f"unknown device kind {kind!r} in {spec!r} (known: "
                           f"{', '.join(KIND_CODES)})")
-    if ordinal_text and not (ordinal_text.isascii() and ordinal_text.isdigit()):
+    if colon and not (ordinal_text.isascii() and ordinal_text.isdigit()):
         raise DeviceError(f"device ordinal in {spec!r} must be a non-negative integer")
     factory = {"cpu": cpu, "cuda": cuda, "sim": sim}[kind]
     return factory(int(ordinal_text or 0))

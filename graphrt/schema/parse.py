@@ -33,8 +33,10 @@ def _read(source: str | bytes | bytearray | memoryview | os.PathLike[str]) -> by
         return path.read_bytes()
     except (OSError, ValueError) as err:
         reason = err.strerror if isinstance(err, OSError) else str(err)
-        raise GraphFormatError(f"cannot read graph file {str(path)[:200]!r}: {reason}"
-                               " (a str is read as a path unless it starts with '{')") from None
+        hint = " (a str is read as a path unless it starts with '{')" if isinstance(
+            source, str) else ""
+        raise GraphFormatError(f"cannot read graph file {str(path)[:200]!r}: {reason}{hint}"
+                               ) from None
 
 
 def _where(loc: tuple[int | str, ...], data: object) -> str:

@@ -14,7 +14,7 @@ __all__ = ["CopyInfo", "DeviceUsage", "FallbackInfo", "PlacementReport", "placem
 
 @dataclass(frozen=True)
 class DeviceUsage:
-    """What one device holds: op nodes that run there, entries, and bytes of storage."""
+    """What one device holds: op nodes that run there (``nodes``), entries, bytes of storage."""
 
     device: str
     nodes: int
@@ -76,7 +76,7 @@ class PlacementReport:
 
     def table(self) -> str:
         """The report as text for humans."""
-        lines = [f"{'device':<10} {'nodes':>6} {'entries':>8} {'bytes':>14}"]
+        lines = [f"{'device':<10} {'ops':>6} {'entries':>8} {'bytes':>14}"]
         lines += [f"{d.device:<10} {d.nodes:>6} {d.entries:>8} {d.bytes:>14,}"
                   for d in self.devices]
         lines.append(f"copies: {len(self.copies)} ({self.copy_bytes:,} bytes per run)")
