@@ -143,3 +143,48 @@ def test_profile_times_gpu_steps_with_events(gpu: graphrt.Device,
     assert all(t > 0 for n in report.nodes for t in n.times_us)
     result = mod.benchmark(repeat=3, number=5)
     assert result.min > 0
+
+
+def test_example_models_on_cuda_match_numpy(gpu: graphrt.Device) -> None:
+    import sys
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parents[1] / "examples" / "models"
+    sys.path.insert(0, str(models))
+    import reference
+
+    for name in ("mlp", "cnn"):
+        lib = graphrt.Library.from_json(models / name / "lib.json")
+        mod = graphrt.create(models / name / "graph.json", lib, gpu)
+        values = reference.weights(name, mod.get_input_info())
+        mod.run(**values)
+        out = mod.get_output(0).get()
+        np.testing.assert_allclose(out, reference.MODELS[name](values), rtol=1e-4, atol=1e-5)
+
+
+def test_elementwise_chain_is_one_fused_launch(gpu: graphrt.Device) -> None:
+    from builders import GraphBuilder
+
+    from graphrt.lib import fusion
+
+    lib = graphrt.Library()
+    lib.define("chain", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
+        {"op": "add", "inputs": ["a", "b"], "outputs": ["t0"]},
+        {"op": "multiply", "inputs": ["t0", "a"], "outputs": ["t1"]},
+        {"op": "sigmoid", "inputs": ["t1"], "outputs": ["t2"]},
+        {"op": "relu", "inputs": ["t2"], "outputs": ["y"]}]})
+    g = GraphBuilder(device_index=True)
+    a = g.input("a", [64, 32], dev=gpu.type_code)
+    b = g.input("b", [32], dev=gpu.type_code)
+    y = g.op("f", "chain", [a, b], shape=[64, 32], dev=gpu.type_code)
+    before = len(fusion._CACHE)
+    mod = graphrt.create(g.build(heads=[y]), lib, gpu)
+    assert len(fusion._CACHE) == before + 1  # one kernel for the four steps
+    rng = np.random.default_rng(0)
+    av, bv = rng.standard_normal((64, 32)), rng.standard_normal(32)
+    av, bv = av.astype("float32"), bv.astype("float32")
+    mod.run(a=av, b=bv)
+    expected = np.maximum(1 / (1 + np.exp(-((av + bv) * av))), 0)
+    np.testing.assert_allclose(mod.get_output(0).get(), expected, rtol=1e-6)
+    graphrt.create(g.build(heads=[y]), lib, gpu)
+    assert len(fusion._CACHE) == before + 1  # cached by signature

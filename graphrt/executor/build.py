@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from math import prod
+
 from ..devices import Array, backend_for
 from ..errors import KernelNotFoundError, PlacementError
-from ..lib import Kernel, Library
+from ..lib import FusedFunction, Kernel, Library, TensorType
 from ..schema import COPY, NOP, Graph
 from ..storage import StoragePlan
 
@@ -24,12 +26,16 @@ def resolve_kernels(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[Kern
         kernel = None
         if node.func_name is not None and node.func_name not in (NOP, COPY):
             dev = plan.node_device[node.nid]
-            kernel = lib.resolve(node.func_name, dev.type_code)
-            if kernel is None:
+            found = lib.resolve(node.func_name, dev.type_code)
+            if found is None:
                 missing.setdefault(node.func_name, f"{node.label} on {dev} "
                                    f"(device type {dev.type_code})")
             else:
-                kernel = backend_for(dev).bind_kernel(kernel)
+                if isinstance(found, FusedFunction):
+                    found = found.bind(_types(graph, node.inputs, node.flatten_data),
+                                       _types(graph, node.outputs, node.flatten_data),
+                                       backend_for(dev), node.label)
+                kernel = backend_for(dev).bind_kernel(found)
         kernels.append(kernel)
     if missing:
         listed = "; ".join(f"{name!r} needed by {where}" for name, where in
@@ -57,3 +63,10 @@ def allocate_views(graph: Graph, plan: StoragePlan) -> list[Array]:
             raise PlacementError(f"{graph.entry_label(entry.eid)}: {dev} cannot hold "
                                  f"{entry.dtype}{list(entry.shape)}: {err}") from None
     return views
+
+
+def _types(graph: Graph, eids: tuple[int, ...], flatten: bool) -> list[TensorType]:
+    """The entries' types as a kernel sees them (1-D under ``flatten_data``)."""
+    entries = [graph.entries[eid] for eid in eids]
+    return [TensorType((prod(e.shape),) if flatten else e.shape, e.dtype.numpy.name)
+            for e in entries]

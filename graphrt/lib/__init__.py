@@ -1,5 +1,21 @@
-"""Kernel libraries: ``func_name`` (and device type) → kernel."""
+"""Kernel libraries: ``func_name`` (and device type) → kernel or declarative function."""
 
+from .declarative import FunctionSpec, FusedFunction, LibrarySpec, StepSpec
 from .library import Kernel, Library, LibrarySource, as_library
+from .ops import OPS, OpDef, OpError, TensorType, get_op
 
-__all__ = ["Kernel", "Library", "LibrarySource", "as_library"]
+__all__ = [
+    "OPS",
+    "FunctionSpec",
+    "FusedFunction",
+    "Kernel",
+    "Library",
+    "LibrarySource",
+    "LibrarySpec",
+    "OpDef",
+    "OpError",
+    "StepSpec",
+    "TensorType",
+    "as_library",
+    "get_op",
+]

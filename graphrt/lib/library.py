@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
+import orjson
+
 from ..devices import Device, device
 from ..devices.base import KIND_CODES
+from .declarative import FunctionSpec, FusedFunction, LibrarySpec, parse_library_spec
 
 __all__ = ["Kernel", "Library", "LibrarySource"]
 
@@ -33,7 +37,8 @@ def _type_code(spec: str | int | Device) -> int:
 
 
 class Library:
-    """Kernels by ``func_name``: generic ones, and ones registered for one device type.
+    """Kernels by ``func_name``: Python kernels (generic or for one device type) and
+    declarative fused functions (data: safe to load, serializable, run on every device).
 
     A generic kernel receives the arrays of whatever device its node runs on (write it against
     ``numpy`` ufuncs and it runs on numpy, sim and cupy arrays alike). A kernel registered for a
@@ -47,11 +52,20 @@ class Library:
         ...     np.subtract(a, b, out=out)
         >>> sorted(lib)
         ['add', 'sub']
+        >>> _ = lib.define("add_relu", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
+        ...     {"op": "add", "inputs": ["a", "b"], "outputs": ["t"]},
+        ...     {"op": "relu", "inputs": ["t"], "outputs": ["y"]}]})
+        >>> Library.from_json(lib.to_json()).spec() == lib.spec()
+        True
+
+    Resolution for a node: a kernel registered for its device type, else a generic Python
+    kernel, else a declarative function.
     """
 
     def __init__(self, kernels: Mapping[str, Kernel] | None = None) -> None:
         self._generic: dict[str, Kernel] = {}
         self._by_device: dict[tuple[str, int], Kernel] = {}
+        self._functions: dict[str, FusedFunction] = {}
         for name, kernel in (kernels or {}).items():
             self.register(name, kernel)
 
@@ -89,16 +103,64 @@ class Library:
 
         return add if fn is None else add(fn)
 
-    def resolve(self, name: str, device_type: int) -> Kernel | None:
-        """The kernel for ``name`` on ``device_type``: device-specific first, then generic."""
+    def define(self, name: str, function: FunctionSpec | Mapping[str, Any]) -> FusedFunction:
+        """Add a declarative fused function (replacing one of that name).
+
+        Raises:
+            GraphFormatError: the function is malformed (unknown op, bad attributes, arity,
+                dataflow), naming the function, step and op.
+        """
+        if not isinstance(name, str) or not name or name in RESERVED:
+            raise ValueError(f"a function name must be a non-empty str other than "
+                             f"{RESERVED}, given {name!r}")
+        spec = LibrarySpec.model_validate({"functions": {name: function}}) if not isinstance(
+            function, FunctionSpec) else LibrarySpec(functions={name: function})
+        fused = FusedFunction(name, spec.functions[name])
+        self._functions[name] = fused
+        return fused
+
+    @classmethod
+    def from_json(cls, source: str | bytes | os.PathLike[str] | dict[str, Any]) -> Library:
+        """A library of the declarative functions in a lib document (JSON, bytes, path, dict).
+
+        Loading never executes code from the document.
+
+        Raises:
+            GraphFormatError: the document or a function in it is malformed.
+        """
+        lib = cls()
+        lib.load_functions(source)
+        return lib
+
+    def load_functions(self, source: str | bytes | os.PathLike[str] | dict[str, Any]) -> None:
+        """Add every function of a lib document; nothing is added if one is malformed."""
+        spec = parse_library_spec(source)
+        functions = {name: FusedFunction(name, fn) for name, fn in spec.functions.items()}
+        self._functions.update(functions)
+
+    def spec(self) -> LibrarySpec:
+        """The declarative part as a document (Python kernels cannot be serialized)."""
+        return LibrarySpec(functions={name: fn.spec for name, fn in self._functions.items()})
+
+    def to_json(self) -> bytes:
+        """The declarative part as JSON; ``Library.from_json`` reads it back without loss."""
+        return orjson.dumps(self.spec().model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+
+    def resolve(self, name: str, device_type: int) -> Kernel | FusedFunction | None:
+        """What runs ``name`` on ``device_type``: a kernel registered for that device type,
+        else a generic kernel, else a declarative function (bound to its node at create())."""
         kernel = self._by_device.get((name, device_type))
-        return self._generic.get(name) if kernel is None else kernel
+        if kernel is None:
+            kernel = self._generic.get(name)
+        return self._functions.get(name) if kernel is None else kernel
 
     def __contains__(self, name: object) -> bool:
-        return name in self._generic or any(key[0] == name for key in self._by_device)
+        return (name in self._generic or name in self._functions
+                or any(key[0] == name for key in self._by_device))
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(set(self._generic) | {key[0] for key in self._by_device}))
+        return iter(sorted(set(self._generic) | set(self._functions)
+                           | {key[0] for key in self._by_device}))
 
     def __len__(self) -> int:
         return len(set(self))

@@ -1,0 +1,276 @@
+"""Declarative fused functions: a lib as data, safe to load, runnable on every device.
+
+A document maps each func_name to a short sequence of standard ops::
+
+    {"format": "graphrt.lib", "version": 1, "functions": {
+      "fused_dense_relu": {
+        "inputs": ["x", "w", "b"], "outputs": ["y"],
+        "body": [{"op": "dense", "inputs": ["x", "w", "b"], "outputs": ["t"]},
+                 {"op": "relu", "inputs": ["t"], "outputs": ["y"]}]}}}
+
+Loading checks the document's form and every function's dataflow (known ops, valid
+attributes, arity, each name defined once before use, every output written). ``create()`` then
+binds each function to its node: types are inferred through the body and checked against the
+graph's entries, and intermediates are allocated once on the node's device.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..devices.base import CUDA, Array, Backend
+from ..errors import GraphFormatError
+from .fusion import compile_run, elementwise_runs, kernel_source
+from .ops import OpDef, OpError, TensorType, get_op
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "FunctionSpec",
+    "FusedFunction",
+    "LibrarySpec",
+    "StepSpec",
+    "parse_library_spec",
+]
+
+FORMAT = "graphrt.lib"
+VERSION = 1
+
+Name = str
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StepSpec(_Model):
+    """One op application: ``outputs = op(inputs, **attrs)``."""
+
+    op: str
+    inputs: list[Name]
+    outputs: list[Name] = Field(min_length=1)
+    attrs: dict[str, Any] = Field(default_factory=dict)
+
+
+class FunctionSpec(_Model):
+    """A fused function: named inputs and outputs, and the steps between them."""
+
+    inputs: list[Name]
+    outputs: list[Name] = Field(min_length=1)
+    body: list[StepSpec] = Field(min_length=1)
+
+
+class LibrarySpec(_Model):
+    """The whole declarative lib document (versioned)."""
+
+    format: Literal["graphrt.lib"] = "graphrt.lib"
+    version: int = VERSION
+    functions: dict[str, FunctionSpec] = Field(default_factory=dict)
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version != VERSION:
+            raise ValueError(f"unsupported lib version {version}; this graphrt reads version "
+                             f"{VERSION}")
+        return version
+
+
+def _fail(func: str, where: str, problem: str) -> GraphFormatError:
+    return GraphFormatError(f"lib function {func!r}{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class _Step:
+    op: OpDef
+    attrs: Any
+    inputs: tuple[Name, ...]
+    outputs: tuple[Name, ...]
+    label: str  # " step 2 (op 'conv2d')"
+
+
+class FusedFunction:
+    """A checked declarative function, ready to be bound to a node at ``create()``.
+
+    Raises (at construction):
+        GraphFormatError: unknown op, bad attributes, wrong arity, a name used before it is
+            defined or defined twice, an output never written; naming function, step and op.
+    """
+
+    def __init__(self, name: str, spec: FunctionSpec) -> None:
+        self.name = name
+        self.spec = spec
+        defined = set()
+        for arg in spec.inputs:
+            if arg in defined:
+                raise _fail(name, "", f"input {arg!r} is listed twice")
+            defined.add(arg)
+        steps = []
+        for index, step in enumerate(spec.body):
+            label = f" step {index} (op {step.op!r})"
+            try:
+                op = get_op(step.op)
+            except OpError as err:
+                raise _fail(name, f" step {index}", str(err)) from None
+            try:
+                attrs = op.attrs.model_validate(step.attrs)
+            except ValidationError as err:
+                problems = "; ".join(f"attr {'.'.join(map(str, e['loc'])) or '?'}: {e['msg']}"
+                                     for e in err.errors()[:3])
+                raise _fail(name, label, f"bad attributes: {problems}") from None
+            if op.arity is not None and len(step.inputs) != op.arity:
+                raise _fail(name, label, f"takes {op.arity} inputs, given {len(step.inputs)}")
+            if op.arity is None and not step.inputs:
+                raise _fail(name, label, "takes at least one input, given none")
+            expected_outputs = op.outputs_for(attrs)
+            if len(step.outputs) != expected_outputs:
+                raise _fail(name, label, f"makes {expected_outputs} outputs, given "
+                            f"{len(step.outputs)} names")
+            for arg in step.inputs:
+                if arg not in defined:
+                    raise _fail(name, label, f"reads {arg!r} before anything defines it")
+            for out in step.outputs:
+                if out in defined:
+                    raise _fail(name, label, f"writes {out!r}, which is already defined (each "
+                                "name is assigned once)")
+                defined.add(out)
+            steps.append(_Step(op, attrs, tuple(step.inputs), tuple(step.outputs), label))
+        for out in spec.outputs:
+            if out not in defined or out in spec.inputs:
+                raise _fail(name, "", f"output {out!r} is never written by a step")
+        self.steps = tuple(steps)
+
+    def bind(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
+             backend: Backend, where: str) -> Callable[..., None]:
+        """Specialize for a node: infer and check types, allocate intermediates on its device.
+
+        Args:
+            inputs, outputs: the node's entry types, in order.
+            backend: the node's device backend.
+            where: how errors name the node (``"node 5 'fused_add'"``).
+
+        Raises:
+            GraphFormatError: arity or type mismatch with the node, or a step's shape function
+                refusing its inputs.
+        """
+        spec = self.spec
+        if len(inputs) != len(spec.inputs) or len(outputs) != len(spec.outputs):
+            raise _fail(self.name, f" at {where}", f"takes {len(spec.inputs)} inputs and makes "
+                        f"{len(spec.outputs)} outputs, but the node has {len(inputs)} and "
+                        f"{len(outputs)}")
+        types = dict(zip(spec.inputs, inputs, strict=True))
+        declared = dict(zip(spec.outputs, outputs, strict=True))
+        for step in self.steps:
+            types.update(zip(step.outputs, self._infer(step, types, declared, where),
+                             strict=True))
+        for out, expected in declared.items():
+            if types[out] != expected:
+                raise _fail(self.name, f" at {where}", f"output {out!r} is "
+                            f"{_show(types[out])} but the graph's entry is {_show(expected)}")
+        calls = self._calls(types, fuse=backend.device.type_code == CUDA, xp=backend.xp)
+        slots = {arg: i for i, arg in enumerate((*spec.inputs, *spec.outputs))}
+        intermediates = []
+        for _, _, _, outs in calls:
+            for out in outs:
+                if out not in slots:
+                    slots[out] = len(slots)
+                    intermediates.append(_allocate(backend, types[out]))
+        plan = tuple((compute, attrs, tuple(slots[a] for a in ins), tuple(slots[o] for o in outs))
+                     for compute, attrs, ins, outs in calls)
+        return _make_kernel(backend.xp, plan, tuple(intermediates))
+
+    def _calls(self, types: dict[Name, TensorType], *, fuse: bool,
+               xp: Any) -> list[tuple[Any, Any, tuple[Name, ...], tuple[Name, ...]]]:
+        """The op calls a bound function makes: one per step, or per fused elementwise run."""
+        calls = [(step.op.compute, step.attrs, step.inputs, step.outputs) for step in self.steps]
+        if not fuse:
+            return calls
+        info = [(step.op.elementwise, step.inputs, step.outputs) for step in self.steps]
+        for run in reversed(elementwise_runs(info, set(self.spec.outputs))):
+            try:
+                source = kernel_source(run, info, types)
+            except ValueError:  # a dtype CUDA code cannot name: leave these steps unfused
+                continue
+            calls[run.first : run.last + 1] = [
+                (_launcher(compile_run(xp, source)), None, run.inputs, (run.output,))]
+        return calls
+
+    def _infer(self, step: _Step, types: dict[Name, TensorType],
+               declared: dict[Name, TensorType], where: str) -> list[TensorType]:
+        in_types = [types[arg] for arg in step.inputs]
+        if any(step.op.needs_data(len(in_types))):
+            # The values are only known at run time; the graph plans this output's shape.
+            if all(out in declared for out in step.outputs):
+                return [declared[out] for out in step.outputs]
+            raise _fail(self.name, f"{step.label} at {where}", "a data-dependent op may only "
+                        "write the function's outputs, whose shapes the graph plans")
+        try:
+            return step.op.infer(in_types, step.attrs, [None] * len(in_types))
+        except OpError as err:
+            shown = ", ".join(_show(t) for t in in_types)
+            raise _fail(self.name, f"{step.label} at {where}", f"{err} (inputs: {shown})"
+                        ) from None
+
+
+def _show(tensor: TensorType) -> str:
+    return f"{tensor.dtype}{list(tensor.shape)}"
+
+
+def _allocate(backend: Backend, tensor: TensorType) -> Array:
+    import numpy as np
+
+    dtype = np.dtype(tensor.dtype)
+    return backend.view(backend.allocate(prod(tensor.shape) * dtype.itemsize), tensor.shape,
+                        dtype)
+
+
+def _launcher(kernel: Any) -> Callable[[Any, Sequence[Array], Sequence[Array], Any], None]:
+    def launch(xp: Any, ins: Sequence[Array], outs: Sequence[Array], attrs: Any) -> None:
+        kernel(*ins, outs[0])
+
+    return launch
+
+
+def _make_kernel(xp: Any, plan: tuple[tuple[Any, Any, tuple[int, ...], tuple[int, ...]], ...],
+                 intermediates: tuple[Array, ...]) -> Callable[..., None]:
+    def fused(*args: Array) -> None:
+        env = (*args, *intermediates)
+        for compute, attrs, ins, outs in plan:
+            compute(xp, [env[i] for i in ins], [env[o] for o in outs], attrs)
+
+    return fused
+
+
+def parse_library_spec(source: str | bytes | os.PathLike[str] | dict[str, Any]) -> LibrarySpec:
+    """Read a declarative lib document from JSON text, bytes, a path or a dict.
+
+    Raises:
+        GraphFormatError: not JSON, or not a valid lib document (the message says where).
+    """
+    data: Any = source
+    if isinstance(source, os.PathLike) or (
+            isinstance(source, str) and not source.lstrip().startswith("{")):
+        try:
+            data = Path(source).read_bytes()
+        except (OSError, ValueError) as err:
+            raise GraphFormatError(f"cannot read lib file {str(source)[:200]!r}: {err}"
+                                   ) from None
+    if isinstance(data, str | bytes):
+        try:
+            data = orjson.loads(data)
+        except orjson.JSONDecodeError as err:
+            raise GraphFormatError(f"lib is not valid JSON: {err}") from None
+    try:
+        return LibrarySpec.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'lib'}: {e['msg']}"
+                             for e in err.errors()[:5])
+        raise GraphFormatError(f"malformed lib document: {problems}") from None

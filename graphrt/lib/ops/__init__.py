@@ -1,0 +1,31 @@
+"""The standard op set: each op implemented once against the device's array namespace.
+
+Importing this package registers every op in :data:`OPS`.
+"""
+
+from . import elementwise, nn, transform  # noqa: F401  (registration)
+from .base import (
+    OPS,
+    Attrs,
+    OpDef,
+    OpError,
+    TensorType,
+    broadcast,
+    get_op,
+    normalize_axis,
+    register_op,
+    result_dtype,
+)
+
+__all__ = [
+    "OPS",
+    "Attrs",
+    "OpDef",
+    "OpError",
+    "TensorType",
+    "broadcast",
+    "get_op",
+    "normalize_axis",
+    "register_op",
+    "result_dtype",
+]

@@ -1,0 +1,751 @@
+"""Standard ops: nn (dense and matmul, convolutions, pooling, normalization, resize).
+
+Every op here is written once against the array namespace ``xp`` (numpy on cpu and sim, cupy on
+cuda) and only uses what numpy and cupy share with the same meaning: ufuncs with ``out=``,
+``matmul``, reductions, ``*_like`` constructors, ``asarray``, basic and advanced indexing. Every
+temporary is made from an input with ``xp.*_like`` (so on sim it stays a SimArray on the right
+device); index and weight tables computed from shapes alone are built on the host and copied into
+such a temporary.
+
+Layouts and conventions:
+
+* Images are NCHW. ``padding`` is ``(top, left, bottom, right)``, i.e. ONNX ``pads``
+  ``[H_begin, W_begin, H_end, W_end]``; ``strides`` and ``dilation`` are ``(H, W)``.
+* ``dense``: weight ``[N, K]`` (transposed, as ONNX Gemm ``transB=1`` / TVM ``nn.dense``).
+* ``conv2d``: weight ``[O, C/groups, KH, KW]`` (OIHW). Lowered to im2col (one strided copy per
+  kernel offset, ``KH*KW`` in all) and a single batched ``matmul`` covering every group.
+* ``conv2d_transpose``: weight ``[C_in, O/groups, KH, KW]`` (IOHW, as PyTorch ``ConvTranspose2d``
+  and ONNX ``ConvTranspose``); one ``matmul`` then col2im (a strided scatter-add per kernel
+  offset). Output size ``(H-1)*stride - pad_begin - pad_end + dilation*(K-1) + output_padding + 1``
+  per axis. It is the adjoint of ``conv2d`` with the same weight and attributes.
+* Pools follow PyTorch (and ONNX opset >= 19): ``ceil_mode`` rounds the output size up, but a
+  window that would start in the end padding is dropped. ``avg_pool2d`` with
+  ``count_include_pad`` divides by the window clipped to the padded input (padding counts, the
+  ceil-mode overhang beyond it does not); without it, by the number of real input elements.
+* ``resize2d`` follows ONNX ``Resize`` (opset >= 13) given ``sizes`` (so scale = out / in), see
+  :class:`Resize2DAttrs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from .base import (
+    Attrs,
+    OpDef,
+    OpError,
+    TensorType,
+    broadcast,
+    normalize_axis,
+    register_op,
+)
+
+__all__ = [
+    "AvgPool2DAttrs",
+    "BatchNormAttrs",
+    "Conv2DAttrs",
+    "Conv2DTransposeAttrs",
+    "LayerNormAttrs",
+    "MatmulAttrs",
+    "MaxPool2DAttrs",
+    "NoAttrs",
+    "Resize2DAttrs",
+]
+
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+Pair = tuple[PosInt, PosInt]
+Pads = tuple[NonNegInt, NonNegInt, NonNegInt, NonNegInt]
+
+_FLOATS = ("float16", "float32", "float64")
+
+
+# --------------------------------------------------------------------------------------------
+# Attributes
+
+
+class NoAttrs(Attrs):
+    """Ops without attributes (dense, global pools)."""
+
+
+class MatmulAttrs(Attrs):
+    """``matmul`` and ``batch_matmul``: transpose the last two axes of an operand first."""
+
+    transpose_a: bool = False
+    transpose_b: bool = False
+
+
+class Conv2DAttrs(Attrs):
+    """``conv2d``: strides (H, W), padding (top, left, bottom, right), dilation (H, W), groups."""
+
+    strides: Pair = (1, 1)
+    padding: Pads = (0, 0, 0, 0)
+    dilation: Pair = (1, 1)
+    groups: PosInt = 1
+
+
+class Conv2DTransposeAttrs(Conv2DAttrs):
+    """``conv2d_transpose``: as conv2d, plus ``output_padding`` (H, W) added at bottom/right.
+
+    Each output_padding must be smaller than the stride or the dilation of its axis.
+    """
+
+    output_padding: tuple[NonNegInt, NonNegInt] = (0, 0)
+
+
+class MaxPool2DAttrs(Attrs):
+    """``max_pool2d``: window (H, W), strides (default: the window), padding (t, l, b, r).
+
+    Each padding must be smaller than the window along its axis, so that every window holds at
+    least one input element.
+    """
+
+    pool_size: Pair
+    strides: Pair | None = None
+    padding: Pads = (0, 0, 0, 0)
+    ceil_mode: bool = False
+
+
+class AvgPool2DAttrs(MaxPool2DAttrs):
+    """``avg_pool2d``: as max_pool2d, plus whether padding counts in the divisor."""
+
+    count_include_pad: bool = False
+
+
+class BatchNormAttrs(Attrs):
+    """``batch_norm`` (inference): the channel axis and the variance epsilon."""
+
+    axis: int = 1
+    epsilon: Annotated[float, Field(ge=0.0)] = 1e-5
+
+
+class LayerNormAttrs(Attrs):
+    """``layer_norm``: the one axis normalized over, and the variance epsilon."""
+
+    axis: int = -1
+    epsilon: Annotated[float, Field(ge=0.0)] = 1e-5
+
+
+NearestMode = Literal["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+
+
+class Resize2DAttrs(Attrs):
+    """``resize2d`` (NCHW): ONNX ``Resize`` with ``sizes = (N, C, *size)``.
+
+    Source coordinate of output index ``x`` (scale = out / in), per ONNX
+    ``coordinate_transformation_mode``:
+
+    * ``half_pixel``: ``(x + 0.5) / scale - 0.5`` (also when out == 1; this is not
+      ``pytorch_half_pixel``);
+    * ``align_corners``: ``x * (in - 1) / (out - 1)``, and 0 when out == 1;
+    * ``asymmetric``: ``x / scale``.
+
+    ``method="nearest"`` rounds that coordinate per ONNX ``nearest_mode`` and clamps it to
+    ``[0, in - 1]``. ``nearest_mode`` None means ``floor`` for ``asymmetric`` (TensorFlow's and
+    PyTorch's ``nearest``) and ``round_prefer_floor`` (the ONNX default: halves go down) for the
+    other two modes. ``method="bilinear"`` is ONNX ``mode="linear"`` (no antialias,
+    ``exclude_outside=0``): the coordinate is clamped to ``[0, in - 1]`` (ONNX's edge
+    behavior), then ``(1 - t) * v[floor] + t * v[floor + 1]`` along H, then along W.
+    """
+
+    size: Pair
+    method: Literal["nearest", "bilinear"]
+    coordinate_transformation_mode: Literal["half_pixel", "align_corners", "asymmetric"] = (
+        "half_pixel")
+    nearest_mode: NearestMode | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Shape-function helpers
+
+
+def _show(t: TensorType) -> str:
+    return f"{t.dtype}{list(t.shape)}"
+
+
+def _arity(types: Sequence[TensorType], low: int, high: int, names: str) -> None:
+    if not low <= len(types) <= high:
+        count = str(low) if low == high else f"{low} or {high}"
+        raise OpError(f"expected {count} inputs ({names}), given {len(types)}")
+
+
+def _rank(t: TensorType, name: str, ndim: int, what: str = "") -> None:
+    if t.ndim != ndim:
+        raise OpError(f"{name} must be {ndim}-D{what}, given {_show(t)}")
+
+
+def _float_dtypes(types: Sequence[TensorType], names: Sequence[str],
+                  allowed: Sequence[str] = _FLOATS) -> str:
+    """The common dtype of ``types``: one of ``allowed``, the same for all."""
+    first = types[0].dtype
+    if first not in allowed:
+        raise OpError(f"{names[0]} must be one of {', '.join(allowed)}, given {first}")
+    for t, name in zip(types[1:], names[1:], strict=True):
+        if t.dtype != first:
+            raise OpError(f"{name} must have the dtype of {names[0]} ({first}), given {t.dtype}")
+    return first
+
+
+def _positive_shape(t: TensorType, name: str) -> None:
+    if any(d < 1 for d in t.shape):
+        raise OpError(f"{name} must have no empty axis, given {_show(t)}")
+
+
+def _conv_out(size: int, kernel: int, stride: int, dilation: int, pad: int, axis: str) -> int:
+    span = dilation * (kernel - 1) + 1
+    if size + pad < span:
+        raise OpError(f"the dilated kernel ({span}) is larger than the padded input along {axis} "
+                      f"({size + pad}): the output would be empty")
+    return (size + pad - span) // stride + 1
+
+
+def _pool_out(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, ceil: bool,
+              axis: str) -> int:
+    if pad_begin >= kernel or pad_end >= kernel:
+        raise OpError(f"padding along {axis} ({pad_begin}, {pad_end}) must be smaller than the "
+                      f"pool size {kernel}")
+    total = size + pad_begin + pad_end
+    if total < kernel:
+        raise OpError(f"the pool window ({kernel}) is larger than the padded input along {axis} "
+                      f"({total}): the output would be empty")
+    out = (total - kernel + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + pad_begin:
+        out -= 1  # the last window would start in the end padding
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Compute helpers
+
+
+def _window_range(offset: int, pad: int, stride: int, n_src: int, n_dst: int
+                  ) -> tuple[int, int, int]:
+    """Indices ``d`` in ``[0, n_dst)`` with ``s = d*stride + offset - pad`` in ``[0, n_src)``.
+
+    Returns ``(d_begin, d_end, s_begin)``; the matching ``s`` are
+    ``s_begin, s_begin + stride, ...`` (``d_end - d_begin`` of them, possibly none).
+    """
+    begin = max(0, -((offset - pad) // stride))
+    end = min(n_dst, (n_src - 1 + pad - offset) // stride + 1)
+    return begin, end, begin * stride + offset - pad
+
+
+def _strided(begin: int, count: int, stride: int) -> slice:
+    return slice(begin, begin + (count - 1) * stride + 1, stride)
+
+
+def _device_const(xp: Any, like: Any, host: np.ndarray[Any, Any]) -> Any:
+    """``host`` (computed from shapes only) copied to the device of ``like``."""
+    buf = xp.empty_like(like, shape=host.shape, dtype=host.dtype)
+    buf[...] = xp.asarray(host)
+    return buf
+
+
+class _Dest:
+    """``out`` seen with another shape: a view when contiguous, else a temporary copied back."""
+
+    def __init__(self, xp: Any, out: Any, shape: tuple[int, ...]) -> None:
+        self.out = out
+        self.direct = bool(out.flags.c_contiguous)
+        self.view = out.reshape(shape) if self.direct else xp.empty_like(out, shape=shape)
+
+    def finish(self) -> None:
+        if not self.direct:
+            self.out[...] = self.view.reshape(self.out.shape)
+
+
+def _add_bias(xp: Any, out: Any, inputs: Sequence[Any], channel_axis_trailing: int) -> None:
+    """``out += bias`` along the channel axis, followed by ``channel_axis_trailing`` axes."""
+    if len(inputs) == 3:
+        bias = inputs[2].reshape(inputs[2].shape + (1,) * channel_axis_trailing)
+        xp.add(out, bias, out=out)
+
+
+# --------------------------------------------------------------------------------------------
+# dense, matmul, batch_matmul
+
+
+def _infer_dense(types: Sequence[TensorType], attrs: NoAttrs, data: Sequence[Any]
+                 ) -> list[TensorType]:
+    _arity(types, 2, 3, "data, weight[, bias]")
+    x, w = types[0], types[1]
+    names = ["data", "weight", "bias"][: len(types)]
+    dtype = _float_dtypes(types, names)
+    if x.ndim < 1:
+        raise OpError(f"data must be at least 1-D ([..., K]), given {_show(x)}")
+    _rank(w, "weight", 2, " ([N, K])")
+    if w.shape[1] != x.shape[-1]:
+        raise OpError(f"weight [N, K] must have K = {x.shape[-1]} (the last axis of data "
+                      f"{_show(x)}), given {_show(w)}")
+    if len(types) == 3 and types[2].shape != (w.shape[0],):
+        raise OpError(f"bias must be [{w.shape[0]}] (the N of weight), given {_show(types[2])}")
+    return [TensorType((*x.shape[:-1], w.shape[0]), dtype)]
+
+
+def _dense(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: NoAttrs) -> None:
+    x, w, out = inputs[0], inputs[1], outputs[0]
+    n, k = w.shape
+    rows = prod(x.shape[:-1])
+    dest = _Dest(xp, out, (rows, n))
+    xp.matmul(x.reshape(rows, k), w.T, out=dest.view)
+    _add_bias(xp, dest.view, inputs, 0)
+    dest.finish()
+
+
+def _matmul_shapes(a: TensorType, b: TensorType, attrs: MatmulAttrs
+                   ) -> tuple[tuple[int, int], tuple[int, int]]:
+    ma, ka = (a.shape[-1], a.shape[-2]) if attrs.transpose_a else (a.shape[-2], a.shape[-1])
+    kb, nb = (b.shape[-1], b.shape[-2]) if attrs.transpose_b else (b.shape[-2], b.shape[-1])
+    if ka != kb:
+        raise OpError(f"inner dimensions differ: a {_show(a)} (transpose_a="
+                      f"{attrs.transpose_a}) has K = {ka}, b {_show(b)} (transpose_b="
+                      f"{attrs.transpose_b}) has K = {kb}")
+    return (ma, ka), (kb, nb)
+
+
+def _infer_matmul(types: Sequence[TensorType], attrs: MatmulAttrs, data: Sequence[Any]
+                  ) -> list[TensorType]:
+    _arity(types, 2, 2, "a, b")
+    a, b = types
+    dtype = _float_dtypes(types, ["a", "b"])
+    for t, name in ((a, "a"), (b, "b")):
+        if t.ndim < 2:
+            raise OpError(f"{name} must be at least 2-D ([..., M, K]), given {_show(t)}")
+    (m, _), (_, n) = _matmul_shapes(a, b, attrs)
+    batch = broadcast(a.shape[:-2], b.shape[:-2])
+    return [TensorType((*batch, m, n), dtype)]
+
+
+def _infer_batch_matmul(types: Sequence[TensorType], attrs: MatmulAttrs, data: Sequence[Any]
+                        ) -> list[TensorType]:
+    _arity(types, 2, 2, "a, b")
+    a, b = types
+    dtype = _float_dtypes(types, ["a", "b"])
+    _rank(a, "a", 3, " ([B, M, K])")
+    _rank(b, "b", 3, " ([B, K, N])")
+    (m, _), (_, n) = _matmul_shapes(a, b, attrs)
+    ba, bb = a.shape[0], b.shape[0]
+    if ba != bb and 1 not in (ba, bb):
+        raise OpError(f"batch sizes must be equal or 1, given a {_show(a)} and b {_show(b)}")
+    return [TensorType((max(ba, bb), m, n), dtype)]
+
+
+def _matmul(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: MatmulAttrs) -> None:
+    a, b = inputs
+    if attrs.transpose_a:
+        a = a.swapaxes(-1, -2)
+    if attrs.transpose_b:
+        b = b.swapaxes(-1, -2)
+    xp.matmul(a, b, out=outputs[0])
+
+
+# --------------------------------------------------------------------------------------------
+# conv2d, conv2d_transpose
+
+
+def _conv_common(types: Sequence[TensorType], attrs: Conv2DAttrs, transpose: bool
+                 ) -> tuple[str, int]:
+    """Checks shared by conv2d and conv2d_transpose; returns (dtype, output channels)."""
+    layout = "[C_in, O/groups, KH, KW]" if transpose else "[O, C/groups, KH, KW]"
+    _arity(types, 2, 3, "data, weight[, bias]")
+    x, w = types[0], types[1]
+    names = ["data", "weight", "bias"][: len(types)]
+    dtype = _float_dtypes(types, names)
+    _rank(x, "data", 4, " (NCHW)")
+    _rank(w, "weight", 4, f" ({layout})")
+    _positive_shape(x, "data")
+    _positive_shape(w, "weight")
+    g, c = attrs.groups, x.shape[1]
+    if c % g:
+        raise OpError(f"data channels ({c}) must be divisible by groups ({g})")
+    if transpose:
+        if w.shape[0] != c:
+            raise OpError(f"weight {layout} must have C_in = {c} (the channels of data), "
+                          f"given {_show(w)}")
+        out_channels = w.shape[1] * g
+    else:
+        if w.shape[1] != c // g:
+            raise OpError(f"weight {layout} must have C/groups = {c}/{g} = {c // g} input "
+                          f"channels, given {_show(w)}")
+        out_channels = w.shape[0]
+        if out_channels % g:
+            raise OpError(f"weight's output channels ({out_channels}) must be divisible by "
+                          f"groups ({g})")
+    if len(types) == 3 and types[2].shape != (out_channels,):
+        raise OpError(f"bias must be [{out_channels}] (the output channels), given "
+                      f"{_show(types[2])}")
+    return dtype, out_channels
+
+
+def _infer_conv2d(types: Sequence[TensorType], attrs: Conv2DAttrs, data: Sequence[Any]
+                  ) -> list[TensorType]:
+    dtype, o = _conv_common(types, attrs, transpose=False)
+    (n, _, h, w), (_, _, kh, kw) = types[0].shape, types[1].shape
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs.strides, attrs.dilation, attrs.padding
+    oh = _conv_out(h, kh, sh, dh, pt + pb, "H")
+    ow = _conv_out(w, kw, sw, dw, pl + pr, "W")
+    return [TensorType((n, o, oh, ow), dtype)]
+
+
+def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2DAttrs) -> None:
+    x, weight, out = inputs[0], inputs[1], outputs[0]
+    n, _, h, w = x.shape
+    o, cg, kh, kw = weight.shape
+    _, _, oh, ow = out.shape
+    g = attrs.groups
+    (sh, sw), (dh, dw), (pt, pl, _, _) = attrs.strides, attrs.dilation, attrs.padding
+    xg = x.reshape(n, g, cg, h, w)
+    if kh == kw == sh == sw == 1 and (pt, pl) == (0, 0) and (oh, ow) == (h, w):
+        cols = xg.reshape(n, g, cg, h * w)  # 1x1 convolution: data is already its im2col
+    else:
+        # im2col: cols[n, g, c, i, j, y, x] = data[n, g, c, y*sh + i*dh - pt, x*sw + j*dw - pl]
+        # (zero where that falls in the padding); one strided copy per kernel offset.
+        cols = xp.zeros_like(x, shape=(n, g, cg, kh, kw, oh, ow))
+        for i in range(kh):
+            y0, y1, hs = _window_range(i * dh, pt, sh, h, oh)
+            if y1 <= y0:
+                continue
+            for j in range(kw):
+                x0, x1, ws = _window_range(j * dw, pl, sw, w, ow)
+                if x1 <= x0:
+                    continue
+                cols[:, :, :, i, j, y0:y1, x0:x1] = xg[:, :, :, _strided(hs, y1 - y0, sh),
+                                                         _strided(ws, x1 - x0, sw)]
+        cols = cols.reshape(n, g, cg * kh * kw, oh * ow)
+    # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW] -> [N, G, O/G, OH*OW]: one matmul.
+    dest = _Dest(xp, out, (n, g, o // g, oh * ow))
+    xp.matmul(weight.reshape(g, o // g, cg * kh * kw), cols, out=dest.view)
+    dest.finish()
+    _add_bias(xp, out, inputs, 2)
+
+
+def _infer_conv2d_transpose(types: Sequence[TensorType], attrs: Conv2DTransposeAttrs,
+                            data: Sequence[Any]) -> list[TensorType]:
+    dtype, o = _conv_common(types, attrs, transpose=True)
+    (n, _, h, w), (_, _, kh, kw) = types[0].shape, types[1].shape
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs.strides, attrs.dilation, attrs.padding
+    oph, opw = attrs.output_padding
+    for axis, op, s, d in (("H", oph, sh, dh), ("W", opw, sw, dw)):
+        if op >= max(s, d):
+            raise OpError(f"output_padding along {axis} ({op}) must be smaller than the stride "
+                          f"({s}) or the dilation ({d})")
+    sizes = []
+    for axis, size, k, s, d, begin, end, op in (("H", h, kh, sh, dh, pt, pb, oph),
+                                                ("W", w, kw, sw, dw, pl, pr, opw)):
+        full = (size - 1) * s + d * (k - 1) + 1 + op
+        if full - begin - end < 1:
+            raise OpError(f"padding along {axis} ({begin} + {end}) crops the whole output "
+                          f"({full}): the output would be empty")
+        sizes.append(full - begin - end)
+    return [TensorType((n, o, sizes[0], sizes[1]), dtype)]
+
+
+def _conv2d_transpose(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                      attrs: Conv2DTransposeAttrs) -> None:
+    x, weight, out = inputs[0], inputs[1], outputs[0]
+    n, c, h, w = x.shape
+    _, og, kh, kw = weight.shape
+    _, o, oh, ow = out.shape
+    g = attrs.groups
+    cg = c // g
+    (sh, sw), (dh, dw), (pt, pl, _, _) = attrs.strides, attrs.dilation, attrs.padding
+    # [G, O/G*KH*KW, C/G] @ [N, G, C/G, H*W] -> cols [N, G, O/G*KH*KW, H*W]: one matmul.
+    wt = weight.reshape(g, cg, og * kh * kw).swapaxes(-1, -2)
+    cols = xp.matmul(wt, x.reshape(n, g, cg, h * w)).reshape(n, o, kh, kw, h, w)
+    # col2im: out[n, o, y*sh + i*dh - pt, x*sw + j*dw - pl] += cols[n, o, i, j, y, x].
+    out[...] = 0
+    for i in range(kh):
+        y0, y1, hs = _window_range(i * dh, pt, sh, oh, h)
+        if y1 <= y0:
+            continue
+        for j in range(kw):
+            x0, x1, ws = _window_range(j * dw, pl, sw, ow, w)
+            if x1 <= x0:
+                continue
+            target = out[:, :, _strided(hs, y1 - y0, sh), _strided(ws, x1 - x0, sw)]
+            xp.add(target, cols[:, :, i, j, y0:y1, x0:x1], out=target)
+    _add_bias(xp, out, inputs, 2)
+
+
+# --------------------------------------------------------------------------------------------
+# Pooling
+
+
+def _infer_pool(types: Sequence[TensorType], attrs: MaxPool2DAttrs, dtypes: Sequence[str]
+                ) -> list[TensorType]:
+    _arity(types, 1, 1, "data")
+    x = types[0]
+    dtype = _float_dtypes(types, ["data"], dtypes)
+    _rank(x, "data", 4, " (NCHW)")
+    _positive_shape(x, "data")
+    n, c, h, w = x.shape
+    kh, kw = attrs.pool_size
+    sh, sw = attrs.strides or attrs.pool_size
+    pt, pl, pb, pr = attrs.padding
+    oh = _pool_out(h, kh, sh, pt, pb, attrs.ceil_mode, "H")
+    ow = _pool_out(w, kw, sw, pl, pr, attrs.ceil_mode, "W")
+    return [TensorType((n, c, oh, ow), dtype)]
+
+
+_MAX_POOL_DTYPES = (*_FLOATS, "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                    "uint64")
+
+
+def _infer_max_pool2d(types: Sequence[TensorType], attrs: MaxPool2DAttrs, data: Sequence[Any]
+                      ) -> list[TensorType]:
+    return _infer_pool(types, attrs, _MAX_POOL_DTYPES)
+
+
+def _infer_avg_pool2d(types: Sequence[TensorType], attrs: AvgPool2DAttrs, data: Sequence[Any]
+                      ) -> list[TensorType]:
+    return _infer_pool(types, attrs, _FLOATS)
+
+
+def _pool_windows(x: Any, out: Any, attrs: MaxPool2DAttrs
+                  ) -> list[tuple[tuple[slice, slice], tuple[slice, slice]]]:
+    """Per window offset: (output region, input region) pairs, every one non-empty."""
+    _, _, h, w = x.shape
+    _, _, oh, ow = out.shape
+    kh, kw = attrs.pool_size
+    sh, sw = attrs.strides or attrs.pool_size
+    pt, pl, _, _ = attrs.padding
+    pairs = []
+    for i in range(kh):
+        y0, y1, hs = _window_range(i, pt, sh, h, oh)
+        for j in range(kw):
+            x0, x1, ws = _window_range(j, pl, sw, w, ow)
+            if y1 > y0 and x1 > x0:
+                pairs.append(((slice(y0, y1), slice(x0, x1)),
+                              (_strided(hs, y1 - y0, sh), _strided(ws, x1 - x0, sw))))
+    return pairs
+
+
+def _max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                attrs: MaxPool2DAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    dtype = np.dtype(out.dtype)
+    out[...] = -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    for (oy, ox), (iy, ix) in _pool_windows(x, out, attrs):
+        target = out[:, :, oy, ox]
+        xp.maximum(target, x[:, :, iy, ix], out=target)
+
+
+def _pool_counts(size: int, n_out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
+                 include_pad: bool) -> np.ndarray[Any, Any]:
+    start = np.arange(n_out) * stride - pad_begin
+    if include_pad:  # the window clipped to the padded input
+        return np.minimum(start + kernel, size + pad_end) - start
+    return np.minimum(start + kernel, size) - np.maximum(start, 0)
+
+
+def _avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                attrs: AvgPool2DAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    _, _, h, w = x.shape
+    _, _, oh, ow = out.shape
+    out[...] = 0
+    for (oy, ox), (iy, ix) in _pool_windows(x, out, attrs):
+        target = out[:, :, oy, ox]
+        xp.add(target, x[:, :, iy, ix], out=target)
+    (kh, kw), (sh, sw) = attrs.pool_size, attrs.strides or attrs.pool_size
+    pt, pl, pb, pr = attrs.padding
+    rows = _pool_counts(h, oh, kh, sh, pt, pb, attrs.count_include_pad)
+    cols = _pool_counts(w, ow, kw, sw, pl, pr, attrs.count_include_pad)
+    counts = np.outer(rows, cols).astype(out.dtype)
+    xp.divide(out, _device_const(xp, out, counts), out=out)
+
+
+def _infer_global_pool(types: Sequence[TensorType], dtypes: Sequence[str]) -> list[TensorType]:
+    _arity(types, 1, 1, "data")
+    x = types[0]
+    dtype = _float_dtypes(types, ["data"], dtypes)
+    _rank(x, "data", 4, " (NCHW)")
+    _positive_shape(x, "data")
+    return [TensorType((x.shape[0], x.shape[1], 1, 1), dtype)]
+
+
+def _infer_global_avg_pool2d(types: Sequence[TensorType], attrs: NoAttrs, data: Sequence[Any]
+                             ) -> list[TensorType]:
+    return _infer_global_pool(types, _FLOATS)
+
+
+def _infer_global_max_pool2d(types: Sequence[TensorType], attrs: NoAttrs, data: Sequence[Any]
+                             ) -> list[TensorType]:
+    return _infer_global_pool(types, _MAX_POOL_DTYPES)
+
+
+def _global_avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                       attrs: NoAttrs) -> None:
+    xp.mean(inputs[0], axis=(2, 3), keepdims=True, out=outputs[0])
+
+
+def _global_max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                       attrs: NoAttrs) -> None:
+    xp.max(inputs[0], axis=(2, 3), keepdims=True, out=outputs[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Normalization
+
+
+def _infer_norm(types: Sequence[TensorType], axis: int, names: Sequence[str]
+                ) -> list[TensorType]:
+    _arity(types, len(names), len(names), ", ".join(names))
+    dtype = _float_dtypes(types, names)
+    x = types[0]
+    if x.ndim < 1:
+        raise OpError(f"data must be at least 1-D, given {_show(x)}")
+    size = x.shape[normalize_axis(axis, x.ndim)]
+    for t, name in zip(types[1:], names[1:], strict=True):
+        if t.shape != (size,):
+            raise OpError(f"{name} must be [{size}] (axis {axis} of data {_show(x)}), given "
+                          f"{_show(t)}")
+    return [TensorType(x.shape, dtype)]
+
+
+def _infer_batch_norm(types: Sequence[TensorType], attrs: BatchNormAttrs, data: Sequence[Any]
+                      ) -> list[TensorType]:
+    return _infer_norm(types, attrs.axis,
+                       ["data", "gamma", "beta", "moving_mean", "moving_var"])
+
+
+def _infer_layer_norm(types: Sequence[TensorType], attrs: LayerNormAttrs, data: Sequence[Any]
+                      ) -> list[TensorType]:
+    return _infer_norm(types, attrs.axis, ["data", "gamma", "beta"])
+
+
+def _along(vector: Any, axis: int, ndim: int) -> Any:
+    """A 1-D vector shaped to broadcast along ``axis`` of an ``ndim``-D tensor."""
+    return vector.reshape(vector.shape + (1,) * (ndim - 1 - axis))
+
+
+def _batch_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                attrs: BatchNormAttrs) -> None:
+    x, gamma, beta, mean, var = inputs
+    out = outputs[0]
+    axis = normalize_axis(attrs.axis, x.ndim)
+    scale = xp.add(var, attrs.epsilon)  # gamma / sqrt(var + eps)
+    xp.sqrt(scale, out=scale)
+    xp.divide(gamma, scale, out=scale)
+    shift = xp.multiply(mean, scale)  # beta - mean * scale
+    xp.subtract(beta, shift, out=shift)
+    xp.multiply(x, _along(scale, axis, x.ndim), out=out)
+    xp.add(out, _along(shift, axis, x.ndim), out=out)
+
+
+def _layer_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                attrs: LayerNormAttrs) -> None:
+    x, gamma, beta = inputs
+    out = outputs[0]
+    axis = normalize_axis(attrs.axis, x.ndim)
+    xp.subtract(x, xp.mean(x, axis=axis, keepdims=True), out=out)
+    var = xp.mean(xp.multiply(out, out), axis=axis, keepdims=True)
+    xp.add(var, attrs.epsilon, out=var)
+    xp.sqrt(var, out=var)
+    xp.divide(out, var, out=out)
+    xp.multiply(out, _along(gamma, axis, x.ndim), out=out)
+    xp.add(out, _along(beta, axis, x.ndim), out=out)
+
+
+# --------------------------------------------------------------------------------------------
+# resize2d
+
+
+def _infer_resize2d(types: Sequence[TensorType], attrs: Resize2DAttrs, data: Sequence[Any]
+                    ) -> list[TensorType]:
+    _arity(types, 1, 1, "data")
+    x = types[0]
+    dtype = _float_dtypes(types, ["data"])
+    _rank(x, "data", 4, " (NCHW)")
+    _positive_shape(x, "data")
+    return [TensorType((x.shape[0], x.shape[1], *attrs.size), dtype)]
+
+
+def _resize_coords(n_in: int, n_out: int, mode: str) -> np.ndarray[Any, Any]:
+    """The ONNX source coordinate (float64) of each output index along one axis."""
+    x = np.arange(n_out, dtype=np.float64)
+    if mode == "align_corners":
+        return x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    scale = n_out / n_in
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    return x / scale  # asymmetric
+
+
+def _nearest_index(coords: np.ndarray[Any, Any], n_in: int, mode: str) -> np.ndarray[Any, Any]:
+    if mode == "round_prefer_floor":
+        index = np.ceil(coords - 0.5)
+    elif mode == "round_prefer_ceil":
+        index = np.floor(coords + 0.5)
+    elif mode == "floor":
+        index = np.floor(coords)
+    else:
+        index = np.ceil(coords)
+    return np.clip(index, 0, n_in - 1).astype(np.int64)
+
+
+def _resize2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+              attrs: Resize2DAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    _, _, h, w = x.shape
+    oh, ow = attrs.size
+    mode = attrs.coordinate_transformation_mode
+    ys, xs = _resize_coords(h, oh, mode), _resize_coords(w, ow, mode)
+    if attrs.method == "nearest":
+        rounding = attrs.nearest_mode or ("floor" if mode == "asymmetric"
+                                          else "round_prefer_floor")
+        rows = _device_const(xp, x, _nearest_index(ys, h, rounding).reshape(oh, 1))
+        cols = _device_const(xp, x, _nearest_index(xs, w, rounding))
+        out[...] = x[:, :, rows, cols]
+        return
+    tables = []
+    for coords, size in ((ys, h), (xs, w)):
+        coords = np.clip(coords, 0, size - 1)
+        low = np.floor(coords).astype(np.int64)
+        high = np.minimum(low + 1, size - 1)
+        t = coords - low
+        tables.append([_device_const(xp, x, v) for v in (
+            low, high, (1 - t).astype(out.dtype), t.astype(out.dtype))])
+    (y0, y1, wy0, wy1), (x0, x1, wx0, wx1) = tables
+    # Along H: rows [N, C, OH, W].
+    rows = xp.multiply(x[:, :, y0], wy0.reshape(oh, 1))
+    lower = xp.multiply(x[:, :, y1], wy1.reshape(oh, 1))
+    xp.add(rows, lower, out=rows)
+    # Along W, into out.
+    xp.multiply(rows[..., x0], wx0, out=out)
+    right = xp.multiply(rows[..., x1], wx1)
+    xp.add(out, right, out=out)
+
+
+# --------------------------------------------------------------------------------------------
+# Registration
+
+register_op(OpDef(name="dense", attrs=NoAttrs, arity=None, infer=_infer_dense,
+                  compute=_dense))
+register_op(OpDef(name="matmul", attrs=MatmulAttrs, arity=2, infer=_infer_matmul,
+                  compute=_matmul))
+register_op(OpDef(name="batch_matmul", attrs=MatmulAttrs, arity=2, infer=_infer_batch_matmul,
+                  compute=_matmul))
+register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_conv2d,
+                  compute=_conv2d))
+register_op(OpDef(name="conv2d_transpose", attrs=Conv2DTransposeAttrs, arity=None,
+                  infer=_infer_conv2d_transpose, compute=_conv2d_transpose))
+register_op(OpDef(name="max_pool2d", attrs=MaxPool2DAttrs, arity=1, infer=_infer_max_pool2d,
+                  compute=_max_pool2d))
+register_op(OpDef(name="avg_pool2d", attrs=AvgPool2DAttrs, arity=1, infer=_infer_avg_pool2d,
+                  compute=_avg_pool2d))
+register_op(OpDef(name="global_avg_pool2d", attrs=NoAttrs, arity=1,
+                  infer=_infer_global_avg_pool2d, compute=_global_avg_pool2d))
+register_op(OpDef(name="global_max_pool2d", attrs=NoAttrs, arity=1,
+                  infer=_infer_global_max_pool2d, compute=_global_max_pool2d))
+register_op(OpDef(name="batch_norm", attrs=BatchNormAttrs, arity=5, infer=_infer_batch_norm,
+                  compute=_batch_norm))
+register_op(OpDef(name="layer_norm", attrs=LayerNormAttrs, arity=3, infer=_infer_layer_norm,
+                  compute=_layer_norm))
+register_op(OpDef(name="resize2d", attrs=Resize2DAttrs, arity=1, infer=_infer_resize2d,
+                  compute=_resize2d))

@@ -1,0 +1,46 @@
+"""Run one standard op outside any graph, on cpu or sim, for reference tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import graphrt
+from graphrt.devices import backend_for, copier
+from graphrt.lib.ops import TensorType, get_op
+
+
+def on_device(array: np.ndarray, device: graphrt.Device) -> Any:
+    """A copy of ``array`` on ``device`` (a SimArray on sim)."""
+    array = np.ascontiguousarray(array).reshape(array.shape)
+    backend = backend_for(device)
+    target = backend.view(backend.allocate(array.nbytes), array.shape, array.dtype)
+    copier(graphrt.cpu(0), device)(array, target)
+    return target
+
+
+def run_op(name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None,
+           device: graphrt.Device | None = None) -> list[np.ndarray]:
+    """Infer the op's outputs, allocate them on ``device``, compute, return host copies.
+
+    On sim the op sees only SimArrays: mixing in a host array raises TypeError.
+    """
+    device = device or graphrt.cpu(0)
+    op = get_op(name)
+    parsed = op.attrs.model_validate(attrs or {})
+    types = [TensorType(tuple(a.shape), str(a.dtype)) for a in inputs]
+    needs = op.needs_data(len(inputs))
+    data = [a if need else None for a, need in zip(inputs, needs, strict=True)]
+    out_types = op.infer(types, parsed, data)
+    backend = backend_for(device)
+    ins = [on_device(a, device) for a in inputs]
+    outs = [backend.view(backend.allocate(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize),
+                         t.shape, np.dtype(t.dtype)) for t in out_types]
+    op.compute(backend.xp, ins, outs, parsed)
+    result = []
+    for out in outs:
+        host = np.empty(out.shape, out.dtype)
+        copier(device, graphrt.cpu(0))(out, host)
+        result.append(host)
+    return result
