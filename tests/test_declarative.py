@@ -182,3 +182,8 @@ def test_define_programmatically() -> None:
     assert "add_relu" in lib and len(lib) == 1
     with pytest.raises(ValueError, match="function name"):
         lib.define("__nop", ADD_RELU)
+
+
+def test_define_refuses_a_malformed_mapping_with_graphrts_error() -> None:
+    with pytest.raises(graphrt.GraphFormatError, match=r"functions.f.body: Field required"):
+        graphrt.Library().define("f", {"inputs": ["a"], "outputs": ["y"]})

@@ -113,8 +113,7 @@ class Library:
         if not isinstance(name, str) or not name or name in RESERVED:
             raise ValueError(f"a function name must be a non-empty str other than "
                              f"{RESERVED}, given {name!r}")
-        spec = LibrarySpec.model_validate({"functions": {name: function}}) if not isinstance(
-            function, FunctionSpec) else LibrarySpec(functions={name: function})
+        spec = parse_library_spec({"functions": {name: function}})
         fused = FusedFunction(name, spec.functions[name])
         self._functions[name] = fused
         return fused

@@ -503,13 +503,17 @@ class TakeAttrs(Attrs):
     mode: Literal["clip", "wrap", "raise"] = "clip"
 
 
+def _check_indices(op: str, indices: TensorType) -> None:
+    if not _is_integer(indices.dtype):
+        raise OpError(f"{op}: indices must have an integer dtype (int32, int64), given "
+                      f"{indices.dtype}")
+
+
 def _take_infer(types: Sequence[TensorType], attrs: TakeAttrs,
                 data: Sequence[Any]) -> list[TensorType]:
     _one(types, "take", 2)
     src, indices = types
-    if not _is_integer(indices.dtype):
-        raise OpError(f"take: indices must have an integer dtype (int32, int64), given "
-                      f"{indices.dtype}")
+    _check_indices("take", indices)
     if attrs.axis is None:
         n, shape = _size(src.shape), indices.shape
     else:
@@ -563,9 +567,7 @@ def _gather_infer(types: Sequence[TensorType], attrs: GatherAttrs,
                   data: Sequence[Any]) -> list[TensorType]:
     _one(types, "gather", 2)
     src, indices = types
-    if not _is_integer(indices.dtype):
-        raise OpError(f"gather: indices must have an integer dtype (int32, int64), given "
-                      f"{indices.dtype}")
+    _check_indices("gather", indices)
     if indices.ndim != src.ndim:
         raise OpError(f"gather: indices must have the rank of data ({src.ndim}), given "
                       f"{indices.ndim}-D indices")
