@@ -16,53 +16,65 @@ HERE = Path(__file__).resolve().parent
 class Graph:
     """A tiny graph writer: nodes in order, one output each, sids fresh unless given."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape_vars: dict[str, dict[str, int]] | None = None,
+                 dtype: str = "float32") -> None:
+        self.shape_vars = shape_vars
+        self.dtype = dtype
         self.nodes: list[dict[str, Any]] = []
-        self.shapes: list[list[int]] = []
+        self.shapes: list[list[int | str]] = []
+        self.dtypes: list[str] = []
         self.sids: list[int] = []
         self.args: list[int] = []
 
-    def input(self, name: str, shape: list[int]) -> int:
+    def input(self, name: str, shape: list[int | str], dtype: str | None = None) -> int:
         self.nodes.append({"op": "null", "name": name, "inputs": []})
         self.args.append(len(self.nodes) - 1)
-        return self._entry(shape, None)
+        return self._entry(shape, None, dtype)
 
-    def op(self, name: str, func: str, inputs: list[int], shape: list[int],
-           sid: int | None = None) -> int:
+    def op(self, name: str, func: str, inputs: list[int], shape: list[int | str],
+           sid: int | None = None, dtype: str | None = None) -> int:
         self.nodes.append({"op": "tvm_op", "name": name, "inputs": [[i, 0, 0] for i in inputs],
                            "attrs": {"func_name": func, "num_inputs": str(len(inputs)),
                                      "num_outputs": "1", "flatten_data": "0"}})
-        return self._entry(shape, sid)
+        return self._entry(shape, sid, dtype)
 
-    def _entry(self, shape: list[int], sid: int | None) -> int:
+    def _entry(self, shape: list[int | str], sid: int | None, dtype: str | None) -> int:
         self.shapes.append(shape)
+        self.dtypes.append(dtype or self.dtype)
         self.sids.append(len(set(self.sids)) if sid is None else sid)
         return len(self.nodes) - 1
 
-    def json(self, head: int) -> dict[str, Any]:
+    def json(self, head: int, device_type: int | None = None) -> dict[str, Any]:
         n = len(self.nodes)
-        return {"nodes": self.nodes, "arg_nodes": self.args, "node_row_ptr": list(range(n + 1)),
-                "heads": [[head, 0, 0]],
-                "attrs": {"dltype": ["list_str", ["float32"] * n],
-                          "shape": ["list_shape", self.shapes],
-                          "storage_id": ["list_int", self.sids]}}
+        graph: dict[str, Any] = {
+            "nodes": self.nodes, "arg_nodes": self.args, "node_row_ptr": list(range(n + 1)),
+            "heads": [[head, 0, 0]],
+            "attrs": {"dltype": ["list_str", self.dtypes],
+                      "shape": ["list_shape", self.shapes],
+                      "storage_id": ["list_int", self.sids]}}
+        if device_type is not None:
+            graph["attrs"]["device_index"] = ["list_int", [device_type] * n]
+        if self.shape_vars:
+            graph["shape_vars"] = self.shape_vars
+        return graph
 
 
 def step(op: str, inputs: list[str], output: str, **attrs: Any) -> dict[str, Any]:
     return {"op": op, "inputs": inputs, "outputs": [output], "attrs": attrs}
 
 
-def mlp() -> tuple[dict[str, Any], dict[str, Any]]:
-    g = Graph()
-    x = g.input("x", [8, 64])
+def mlp(batch: int | str = 8) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The MLP; ``batch="n"`` makes the batch a shape variable 1 <= n <= 64."""
+    g = Graph({"n": {"min": 1, "max": 64}} if isinstance(batch, str) else None)
+    x = g.input("x", [batch, 64])
     h = x
     for i, (n_in, n_out) in enumerate([(64, 128), (128, 128)]):
         w = g.input(f"w{i}", [n_out, n_in])
         b = g.input(f"b{i}", [n_out])
-        h = g.op(f"fused_dense_relu_{i}", "fused_dense_relu", [h, w, b], [8, n_out])
+        h = g.op(f"fused_dense_relu_{i}", "fused_dense_relu", [h, w, b], [batch, n_out])
     w = g.input("w2", [10, 128])
     b = g.input("b2", [10])
-    y = g.op("fused_dense_softmax", "fused_dense_softmax", [h, w, b], [8, 10])
+    y = g.op("fused_dense_softmax", "fused_dense_softmax", [h, w, b], [batch, 10])
     lib = {"format": "graphrt.lib", "version": 1, "functions": {
         "fused_dense_relu": {"inputs": ["x", "w", "b"], "outputs": ["y"], "body": [
             step("dense", ["x", "w", "b"], "t"), step("relu", ["t"], "y")]},
@@ -99,6 +111,33 @@ def cnn() -> tuple[dict[str, Any], dict[str, Any]]:
     return g.json(y), lib
 
 
+def dynamic_slice() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A window of a large accelerator tensor chosen by tensors computed on the accelerator.
+
+    ``end = start + size`` is computed on the device; ``dynamic_strided_slice`` then cuts
+    ``x[start:end:step]``, whose shape only the values of start/end/step decide. Its shape
+    function reads those three small tensors on the host, never ``x``.
+    """
+    g = Graph({"rows": {"max": 4096}, "cols": {"max": 256}})
+    x = g.input("x", [4096, 256])
+    start = g.input("start", [2], dtype="int64")
+    size = g.input("size", [2], dtype="int64")
+    stride = g.input("step", [2], dtype="int64")
+    end = g.op("window_end", "fused_add_int", [start, size], [2], dtype="int64")
+    window = g.op("window", "fused_dynamic_slice", [x, start, end, stride], ["rows", "cols"])
+    y = g.op("scaled", "fused_scale", [window], ["rows", "cols"])
+    lib = {"format": "graphrt.lib", "version": 1, "functions": {
+        "fused_add_int": {"inputs": ["a", "b"], "outputs": ["y"], "body": [
+            step("add", ["a", "b"], "y")]},
+        "fused_dynamic_slice": {"inputs": ["x", "begin", "end", "strides"], "outputs": ["y"],
+                                "body": [step("dynamic_strided_slice",
+                                               ["x", "begin", "end", "strides"], "y")]},
+        "fused_scale": {"inputs": ["x"], "outputs": ["y"], "body": [
+            step("relu", ["x"], "t"), step("sqrt", ["t"], "y")]},
+    }}
+    return g.json(y, device_type=2), lib
+
+
 def write(name: str, graph: dict[str, Any], lib: dict[str, Any]) -> None:
     folder = HERE / name
     folder.mkdir(exist_ok=True)
@@ -108,4 +147,6 @@ def write(name: str, graph: dict[str, Any], lib: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     write("mlp", *mlp())
+    write("mlp_dynamic", *mlp("n"))
+    write("dynamic_slice", *dynamic_slice())
     write("cnn", *cnn())

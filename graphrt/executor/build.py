@@ -5,12 +5,12 @@ from __future__ import annotations
 from math import prod
 
 from ..devices import Array, backend_for
-from ..errors import KernelNotFoundError, PlacementError
-from ..lib import FusedFunction, Kernel, Library, TensorType
-from ..schema import COPY, NOP, Graph
+from ..errors import GraphFormatError, KernelNotFoundError, PlacementError
+from ..lib import FusedFunction, Kernel, Library, ShapeFunction, TensorType
+from ..schema import COPY, NOP, Graph, Node
 from ..storage import StoragePlan
 
-__all__ = ["allocate_views", "resolve_kernels"]
+__all__ = ["allocate_views", "resolve_kernels", "resolve_shape_functions"]
 
 
 def resolve_kernels(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[Kernel | None, ...]:
@@ -34,7 +34,8 @@ def resolve_kernels(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[Kern
                 if isinstance(found, FusedFunction):
                     found = found.bind(_types(graph, node.inputs, node.flatten_data),
                                        _types(graph, node.outputs, node.flatten_data),
-                                       backend_for(dev), node.label)
+                                       backend_for(dev), node.label,
+                                       dynamic=_is_dynamic(graph, node))
                 kernel = backend_for(dev).bind_kernel(found)
         kernels.append(kernel)
     if missing:
@@ -43,6 +44,39 @@ def resolve_kernels(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[Kern
         more = f" (and {len(missing) - 5} more func_names)" if len(missing) > 5 else ""
         raise KernelNotFoundError(f"the lib has no kernel for {listed}{more}")
     return tuple(kernels)
+
+
+def resolve_shape_functions(graph: Graph, lib: Library) -> dict[int, ShapeFunction]:
+    """The nodes whose shape function must run before their kernel, on every run.
+
+    Those are the nodes whose shape function reads data (their output shape follows their
+    inputs' values) and the nodes that bind a shape variable no input binds.
+
+    Raises:
+        GraphFormatError: a node binds a variable but its kernel has no shape function, or a
+            shape function declares data dependence for another number of inputs.
+    """
+    binds = {nid: var for var, nid in graph.var_binders.items()}
+    found: dict[int, ShapeFunction] = {}
+    for node in graph.nodes:
+        if node.func_name is None:
+            continue
+        function = None if node.func_name in (NOP, COPY) else lib.shape_function(
+            node.func_name)
+        if function is None or not (function.needs_data or node.nid in binds):
+            if node.nid in binds:
+                raise GraphFormatError(
+                    f"{node.label} binds shape variable {binds[node.nid]!r} (a bare output "
+                    f"dimension no input binds), so its kernel {node.func_name!r} needs a shape "
+                    "function (Library.register_shape_func), and it has none")
+            continue
+        if len(function.data_dependent) != len(node.inputs):
+            raise GraphFormatError(
+                f"{node.label}: the shape function of {node.func_name!r} declares data "
+                f"dependence for {len(function.data_dependent)} inputs, the node has "
+                f"{len(node.inputs)}")
+        found[node.nid] = function
+    return found
 
 
 def allocate_views(graph: Graph, plan: StoragePlan) -> list[Array]:
@@ -63,6 +97,10 @@ def allocate_views(graph: Graph, plan: StoragePlan) -> list[Array]:
             raise PlacementError(f"{graph.entry_label(entry.eid)}: {dev} cannot hold "
                                  f"{entry.dtype}{list(entry.shape)}: {err}") from None
     return views
+
+
+def _is_dynamic(graph: Graph, node: Node) -> bool:
+    return any(graph.entries[eid].dims is not None for eid in (*node.inputs, *node.outputs))
 
 
 def _types(graph: Graph, eids: tuple[int, ...], flatten: bool) -> list[TensorType]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -20,8 +19,11 @@ from ..params import iter_params
 from ..schema import COPY, Graph, GraphSource, load_graph
 from ..storage import PlacementReport, StoragePlan, placement_report, plan_storage
 from .benchmark import BenchmarkResult, time_calls
-from .build import allocate_views, resolve_kernels
+from .build import allocate_views, resolve_kernels, resolve_shape_functions
+from .dynamic import DynamicRunner, TransferLog, tally
+from .memory import MemoryReport
 from .profiling import ProfileReport, profile_steps
+from .shapes import ShapePlan
 from .steps import AliasGroups, Step, StepTable
 
 __all__ = ["GraphModule", "create"]
@@ -72,7 +74,9 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
     capacity = {dev: backend_for(dev).capacity() for dev in devs}
     plan = plan_storage(graph, devs, strict=strict_placement, capacity=capacity)
     kernels = resolve_kernels(graph, plan, library)
-    return GraphModule(graph, plan, kernels)
+    shape_functions = resolve_shape_functions(graph, library)
+    shapes = ShapePlan(graph, shape_functions) if graph.is_dynamic or shape_functions else None
+    return GraphModule(graph, plan, kernels, shapes)
 
 
 class GraphModule:
@@ -89,11 +93,17 @@ class GraphModule:
         >>> mod.get_output(0)  # doctest: +SKIP
     """
 
-    def __init__(self, graph: Graph, plan: StoragePlan, kernels: tuple[Any, ...]) -> None:
+    def __init__(self, graph: Graph, plan: StoragePlan, kernels: tuple[Any, ...],
+                 shapes: ShapePlan | None = None) -> None:
         self.graph = graph
         self.plan = plan
         self._table = StepTable(graph, plan, kernels, allocate_views(graph, plan))
         self._groups = AliasGroups(graph)
+        self._dynamic = (None if shapes is None else
+                         DynamicRunner(graph, plan, self._table, shapes, self._groups))
+        self._static_transfers = TransferLog(tally([
+            (plan.entry_device[n.inputs[0]], plan.entry_device[n.outputs[0]],
+             graph.entries[n.inputs[0]].nbytes) for n in graph.nodes if n.func_name == COPY]))
         self._input_eids = tuple(graph.nodes[nid].outputs[0] for nid in graph.arg_nodes)
         self._input_of_entry = {eid: i for i, eid in enumerate(self._input_eids)}
         self._input_index = {name: i for i, name in enumerate(graph.input_names)}
@@ -104,7 +114,7 @@ class GraphModule:
         self._bound_outputs: dict[int, _Binding] = {}
         self._copy_outs: dict[int, tuple[Step, ...]] = {}
         self._copy_out_steps: tuple[Step, ...] = ()
-        self._step_nids = [nid for _, _, nid in self._table.steps]
+        self._slot_shapes = [graph.entries[eid].shape for eid in self._input_eids]
         if plan.fallbacks:
             kinds = sorted({f.reason.partition(";")[0] for f in plan.fallbacks})
             logger.warning("%d of %d entries fell back to %s (%s); see GraphModule.placement()",
@@ -147,6 +157,9 @@ class GraphModule:
         """
         if inputs:
             self._set_inputs(inputs)
+        if self._dynamic is not None:
+            self._run_steps(self._iter_steps())
+            return
         nid = -1
         try:
             for kernel, args, nid in self._table.steps:  # noqa: B007 (nid names a failing step)
@@ -155,6 +168,49 @@ class GraphModule:
                 move(*args)
         except Exception as err:
             raise self._execution_error(nid, err) from err
+
+    def _iter_steps(self) -> Iterator[Step]:
+        """Every step of one run in order, copies into bound outputs last. On a dynamic graph
+        each shape function runs (and the views it sizes are set) as the iteration reaches it."""
+        if self._dynamic is None:
+            return chain(self._table.steps, self._copy_out_steps)
+        shapes = [binding.native.shape if (binding := self._bound_inputs.get(p)) else shape
+                  for p, shape in enumerate(self._slot_shapes)]
+        return self._dynamic.steps(shapes, self._copy_out_steps)
+
+    def _run_steps(self, steps: Iterator[Step], stop_after: int | None = None) -> None:
+        """Run ``steps`` (all, or up to and including the last step of node ``stop_after``)."""
+        nid = -1
+        try:
+            for kernel, args, nid in steps:
+                if stop_after is not None and nid > stop_after:
+                    return
+                kernel(*args)
+        except (InputError, ExecutionError):
+            raise
+        except Exception as err:
+            raise self._execution_error(nid, err) from err
+
+    def last_run_transfers(self) -> TransferLog:
+        """Copies between devices in the last run and their bytes, split into the graph's
+        ``__copy`` nodes and the inputs shape functions read on the host.
+
+        Example:
+            >>> mod.run(x=x)  # doctest: +SKIP
+            >>> mod.last_run_transfers().shape_functions.to_host_bytes  # doctest: +SKIP
+            24
+        """
+        return self._static_transfers if self._dynamic is None else self._dynamic.transfers
+
+    def memory(self) -> MemoryReport:
+        """Storage per device as planned (at the shape bounds) and as used by the last run.
+
+        Example:
+            >>> print(mod.memory().table())  # doctest: +SKIP
+        """
+        planned = self.plan.bytes_per_device()
+        used = planned if self._dynamic is None else self._dynamic.used_bytes()
+        return MemoryReport(planned, used)
 
     def invoke_with_outputs(self, inputs: Mapping[int | str, Any],
                             outputs: Sequence[Any]) -> Sequence[Any]:
@@ -200,6 +256,11 @@ class GraphModule:
         """
         if inputs:
             self._set_inputs(inputs)
+        if self._dynamic is not None and any(eid in self._dynamic.dynamic_eids
+                                             for eid in self.graph.heads):
+            self.run()  # the outputs' shapes are known only now
+            return tuple(self._read(eid, self._fresh_array(eid), "output")
+                         for eid in self.graph.heads)
         fresh = tuple(self._fresh_array(eid) for eid in self.graph.heads)
         self.invoke_with_outputs({}, fresh)
         return fresh
@@ -229,8 +290,8 @@ class GraphModule:
         """
         _check_count("repeat", repeat, 1)
         _check_count("warmup", warmup, 0)
-        for _ in range(warmup):
-            self.run()
+        for _ in range(warmup if self._dynamic is None else max(warmup, 1)):
+            self.run()  # a dynamic graph's views take the last run's shapes
         steps = [*self._table.steps, *self._copy_out_steps]
         is_copy = [self.graph.nodes[nid].func_name == COPY for _, _, nid in self._table.steps]
         is_copy += [True] * len(self._copy_out_steps)
@@ -293,7 +354,7 @@ class GraphModule:
         if not 0 <= index < len(outputs):
             raise InputError(f"{self.graph.nodes[nid].label} has {len(outputs)} output(s), "
                              f"given index {index}")
-        self._run_steps(bisect_right(self._step_nids, nid))
+        self._run_steps(self._iter_steps(), stop_after=nid)
         eid = outputs[index]
         target = self._fresh_array(eid) if out is None else out
         self._read(eid, target, f"output {index} of {self.graph.nodes[nid].label}")
@@ -310,27 +371,30 @@ class GraphModule:
             >>> np.load("outputs.npz")["conv2d_0:12:0"]  # doctest: +SKIP
         """
         arrays: dict[str, np.ndarray[Any, Any]] = {}
-        done = 0
-        for node in self.graph.nodes:
-            stop = bisect_right(self._step_nids, node.nid)
-            self._run_steps(stop, start=done)
-            done = stop
-            for k, eid in enumerate(node.outputs):
-                arrays[f"{node.name}:{node.nid}:{k}"] = self._to_host(eid)
-        self._run_steps(len(self._table.steps) + len(self._copy_out_steps), start=done)
+        nodes = self.graph.nodes
+        done = 0  # nodes whose outputs are saved
+
+        def save_until(nid: int) -> None:
+            nonlocal done
+            while done < len(nodes) and nodes[done].nid < nid:
+                for k, eid in enumerate(nodes[done].outputs):
+                    arrays[f"{nodes[done].name}:{nodes[done].nid}:{k}"] = self._to_host(eid)
+                done += 1
+
+        nid = -1
+        try:
+            for kernel, args, nid in self._iter_steps():
+                save_until(nid)
+                kernel(*args)
+        except (InputError, ExecutionError):
+            raise
+        except Exception as err:
+            raise self._execution_error(nid, err) from err
+        save_until(len(nodes))
         target = Path(path)
         with target.open("wb") as handle:
             np.savez(handle, **arrays)  # type: ignore[arg-type]  # keys never clash: "a:1:0"
         return target
-
-    def _run_steps(self, stop: int, start: int = 0) -> None:
-        steps = [*self._table.steps, *self._copy_out_steps][start:stop]
-        nid = -1
-        try:
-            for kernel, args, nid in steps:  # noqa: B007
-                kernel(*args)
-        except Exception as err:
-            raise self._execution_error(nid, err) from err
 
     def _node_id(self, node: int | str) -> int:
         if isinstance(node, str):
@@ -343,9 +407,9 @@ class GraphModule:
         return _position(node, len(self.graph.nodes), "node")
 
     def _to_host(self, eid: int) -> np.ndarray[Any, Any]:
-        entry = self.graph.entries[eid]
-        host = np.empty(entry.shape, dtype=entry.dtype.numpy)
-        copier(self.plan.entry_device[eid], cpu(0))(self._table.views[eid], host)
+        view = self._table.views[eid]
+        host = np.empty(view.shape, dtype=self.graph.entries[eid].dtype.numpy)
+        copier(self.plan.entry_device[eid], cpu(0))(view, host)
         return host
 
     def _synchronize(self) -> None:
@@ -376,8 +440,11 @@ class GraphModule:
                      for position, value in zip(positions, values.values(), strict=True)]
         if any(position in self._bound_inputs for position in positions):
             self._bind(dict.fromkeys(positions), {})  # back to module-owned storage
-        for move, src, dst in transfers:
+        for position, (move, src, dst) in zip(positions, transfers, strict=True):
             move(src, dst)
+            if self._dynamic is not None:
+                self._slot_shapes[position] = tuple(dst.shape)
+                self._dynamic.set_input_shape(self._input_eids[position], tuple(dst.shape))
 
     def set_input_zero_copy(self, key: int | str, value: Any) -> None:
         """Bind caller memory as an input: the graph reads ``value`` itself, with no copy.
@@ -491,7 +558,7 @@ class GraphModule:
 
     def _info(self, names: tuple[str, ...], eids: tuple[int, ...]) -> dict[str, dict[str, Any]]:
         entries = [self.graph.entries[eid] for eid in eids]
-        return {"shape": {name: e.shape for name, e in zip(names, entries, strict=True)},
+        return {"shape": {name: e.shape_text for name, e in zip(names, entries, strict=True)},
                 "dtype": {name: e.dtype.name for name, e in zip(names, entries, strict=True)}}
 
     def _input_position(self, key: int | str) -> int:
@@ -517,8 +584,11 @@ class GraphModule:
         eid = self._input_eids[position]
         what = f"input {self.graph.input_names[position]!r} (node {self.graph.arg_nodes[position]})"
         src_dev, src = _locate(value, what)
-        self._check_fits(eid, src, what)
-        return copier(src_dev, self.plan.entry_device[eid]), src, self._table.slot_views[eid]
+        self._check_input(eid, src, what)
+        dst = self._table.slot_views[eid]
+        if self._dynamic is not None and eid in self._dynamic.dynamic_eids:
+            dst = self._dynamic.slot_view(eid, tuple(src.shape))
+        return copier(src_dev, self.plan.entry_device[eid]), src, dst
 
     def _read(self, eid: int, out: Any, what: str) -> Any:
         view = self._table.views[eid]
@@ -532,11 +602,26 @@ class GraphModule:
         return out
 
     def _check_fits(self, eid: int, array: Array, what: str) -> None:
+        """``array`` has the entry's current shape (its last run's, when dynamic) and dtype."""
         entry = self.graph.entries[eid]
+        expected = tuple(self._table.views[eid].shape)
         shape, dtype = tuple(array.shape), array.dtype
-        if shape != entry.shape or dtype != entry.dtype.numpy:
-            raise InputError(f"{what}: expected shape {entry.shape} {entry.dtype}, given "
+        if shape != expected or dtype != entry.dtype.numpy:
+            raise InputError(f"{what}: expected shape {expected} {entry.dtype}, given "
                              f"shape {shape} {dtype}")
+
+    def _check_input(self, eid: int, array: Array, what: str) -> None:
+        """``array`` can be the input: its dtype, and its shape within the graph's bounds."""
+        entry = self.graph.entries[eid]
+        if self._dynamic is None or entry.dims is None:
+            if tuple(array.shape) != entry.shape or array.dtype != entry.dtype.numpy:
+                raise InputError(f"{what}: expected shape {entry.shape} {entry.dtype}, given "
+                                 f"shape {tuple(array.shape)} {array.dtype}")
+            return
+        if array.dtype != entry.dtype.numpy:
+            raise InputError(f"{what}: expected dtype {entry.dtype} (shape "
+                             f"{list(entry.shape_text)}), given {array.dtype}")
+        self._dynamic.shapes.check_input(eid, tuple(array.shape), what)
 
     # -- zero-copy binding -----------------------------------------------------------------
 
@@ -586,13 +671,16 @@ class GraphModule:
         elif bound:
             memory_eid, memory = heads[bound[0]], self._bound_outputs[bound[0]]
             bound = bound[1:]
+        dynamic = self._dynamic.dynamic_eids if self._dynamic is not None else frozenset()
         for eid in self._groups.members[root]:
-            if memory is None:
-                arrays[eid] = self._table.slot_views[eid]
+            if memory is None or (eid in dynamic and eid != memory_eid):
+                arrays[eid] = self._table.slot_views[eid]  # a dynamic one: re-viewed at run
             elif eid == memory_eid:
                 arrays[eid] = memory.native
             else:
                 arrays[eid] = memory.native.reshape(self.graph.entries[eid].shape)
+        if self._dynamic is not None:
+            self._dynamic.bind_memory(root, None if memory is None else memory.native)
         return tuple(
             (copier(self.plan.entry_device[heads[p]], self._bound_outputs[p].device),
              (arrays[heads[p]], self._bound_outputs[p].native), self.graph.entries[heads[p]].nid)
@@ -604,7 +692,15 @@ class GraphModule:
         if dev != expected:
             raise InputError(f"{what}: zero-copy needs an array on {expected}, given one on "
                              f"{dev} (set_input and get_output(out=) copy across devices)")
-        self._check_fits(eid, native, what)
+        if writable:
+            if self._dynamic is not None and eid in self._dynamic.dynamic_eids:
+                shape = list(self.graph.entries[eid].shape_text)
+                raise InputError(f"{what}: the output's shape {shape} changes from run to run, "
+                                 "so it cannot be bound; read it with get_output(i, out=...) "
+                                 "or call the module")
+            self._check_fits(eid, native, what)
+        else:
+            self._check_input(eid, native, what)
         if not native.flags.c_contiguous:
             raise InputError(f"{what}: zero-copy needs C-contiguous memory, given strides "
                              f"{native.strides}")
@@ -635,9 +731,9 @@ class GraphModule:
                                  "tensor needs its own buffer")
 
     def _fresh_array(self, eid: int) -> Array:
-        entry, dev = self.graph.entries[eid], self.plan.entry_device[eid]
+        view, dev = self._table.views[eid], self.plan.entry_device[eid]
         backend = backend_for(dev)
-        return backend.view(backend.allocate(entry.nbytes), entry.shape, entry.dtype.numpy)
+        return backend.view(backend.allocate(view.nbytes), tuple(view.shape), view.dtype)
 
 
 def _locate(value: Any, what: str) -> tuple[Device, Array]:

@@ -3,6 +3,7 @@
 from .declarative import FunctionSpec, FusedFunction, LibrarySpec, StepSpec
 from .library import Kernel, Library, LibrarySource, as_library
 from .ops import OPS, OpDef, OpError, TensorType, get_op
+from .shape_functions import ShapeFunction, ShapeFunctionFn
 
 __all__ = [
     "OPS",
@@ -14,6 +15,8 @@ __all__ = [
     "LibrarySpec",
     "OpDef",
     "OpError",
+    "ShapeFunction",
+    "ShapeFunctionFn",
     "StepSpec",
     "TensorType",
     "as_library",

@@ -30,6 +30,7 @@ from ..devices.base import CUDA, Array, Backend
 from ..errors import GraphFormatError
 from .fusion import compile_run, elementwise_runs, kernel_source
 from .ops import OpDef, OpError, TensorType, get_op
+from .shape_functions import ShapeFunction
 
 __all__ = [
     "FORMAT",
@@ -100,9 +101,13 @@ class _Step:
 class FusedFunction:
     """A checked declarative function, ready to be bound to a node at ``create()``.
 
+    Its :attr:`shape_function` infers the output shapes through the body; it reads the values
+    of exactly the function inputs that a data-dependent op (``dynamic_strided_slice``) reads.
+
     Raises (at construction):
         GraphFormatError: unknown op, bad attributes, wrong arity, a name used before it is
-            defined or defined twice, an output never written; naming function, step and op.
+            defined or defined twice, an output never written, a data-dependent op reading the
+            values of an intermediate; naming function, step and op.
     """
 
     def __init__(self, name: str, spec: FunctionSpec) -> None:
@@ -147,15 +152,45 @@ class FusedFunction:
             if out not in defined or out in spec.inputs:
                 raise _fail(name, "", f"output {out!r} is never written by a step")
         self.steps = tuple(steps)
+        self.shape_function = ShapeFunction(self._output_shapes, self._data_dependence())
+
+    def _data_dependence(self) -> tuple[bool, ...]:
+        """Per function input: whether some step's shape function reads its values."""
+        flags = dict.fromkeys(self.spec.inputs, False)
+        for step in self.steps:
+            for arg, needed in zip(step.inputs, step.op.needs_data(len(step.inputs)),
+                                   strict=True):
+                if not needed:
+                    continue
+                if arg not in flags:
+                    raise _fail(self.name, step.label, f"needs the values of {arg!r} on the host "
+                                "to know its output shape, but only a function input's values "
+                                "can be read there; make it an input of the function")
+                flags[arg] = True
+        return tuple(flags[arg] for arg in self.spec.inputs)
+
+    def _output_shapes(self, types: Sequence[TensorType],
+                       data: Sequence[Any]) -> list[tuple[int, ...]]:
+        env = dict(zip(self.spec.inputs, types, strict=True))
+        values = dict(zip(self.spec.inputs, data, strict=True))
+        for step in self.steps:
+            ins = [env[arg] for arg in step.inputs]
+            step_data = [values.get(arg) if needed else None for arg, needed in
+                         zip(step.inputs, step.op.needs_data(len(ins)), strict=True)]
+            env.update(zip(step.outputs, step.op.infer(ins, step.attrs, step_data), strict=True))
+        return [env[out].shape for out in self.spec.outputs]
 
     def bind(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
-             backend: Backend, where: str) -> Callable[..., None]:
+             backend: Backend, where: str, *, dynamic: bool = False) -> Callable[..., None]:
         """Specialize for a node: infer and check types, allocate intermediates on its device.
 
         Args:
-            inputs, outputs: the node's entry types, in order.
+            inputs, outputs: the node's entry types, in order (planned shapes when dynamic).
             backend: the node's device backend.
             where: how errors name the node (``"node 5 'fused_add'"``).
+            dynamic: the node's shapes vary from run to run, up to the planned ones given:
+                intermediates are allocated at the planned size and viewed at each call's
+                actual size (inferred from the arrays the call receives).
 
         Raises:
             GraphFormatError: arity or type mismatch with the node, or a step's shape function
@@ -185,7 +220,37 @@ class FusedFunction:
                     intermediates.append(_allocate(backend, types[out]))
         plan = tuple((compute, attrs, tuple(slots[a] for a in ins), tuple(slots[o] for o in outs))
                      for compute, attrs, ins, outs in calls)
+        if dynamic and intermediates:
+            names = tuple(name for name in slots if name not in spec.inputs
+                          and name not in spec.outputs)
+            return _make_resizing_kernel(backend.xp, plan,
+                                         self._resizer(names, intermediates, where))
         return _make_kernel(backend.xp, plan, tuple(intermediates))
+
+    def _resizer(self, names: tuple[Name, ...], buffers: list[Array],
+                 where: str) -> Callable[[Sequence[Array]], tuple[Array, ...]]:
+        """Views of the intermediates at the sizes one call's arrays imply (cached by shape)."""
+        cache: dict[tuple[tuple[int, ...], ...], tuple[Array, ...]] = {}
+        arg_names = (*self.spec.inputs, *self.spec.outputs)
+
+        def resize(args: Sequence[Array]) -> tuple[Array, ...]:
+            key = tuple(tuple(arg.shape) for arg in args)
+            views = cache.get(key)
+            if views is None:
+                types = {name: TensorType(tuple(arg.shape), str(arg.dtype))
+                         for name, arg in zip(arg_names, args, strict=True)}
+                declared = {out: types[out] for out in self.spec.outputs}
+                for step in self.steps:
+                    types.update(zip(step.outputs, self._infer(step, types, declared, where),
+                                     strict=True))
+                views = tuple(_resize(buffer, types[name], f"{where} intermediate {name!r}")
+                              for name, buffer in zip(names, buffers, strict=True))
+                if len(cache) >= _CACHED_SHAPES:
+                    cache.clear()
+                cache[key] = views
+            return views
+
+        return resize
 
     def _calls(self, types: dict[Name, TensorType], *, fuse: bool,
                xp: Any) -> list[tuple[Any, Any, tuple[Name, ...], tuple[Name, ...]]]:
@@ -239,10 +304,38 @@ def _launcher(kernel: Any) -> Callable[[Any, Sequence[Array], Sequence[Array], A
     return launch
 
 
-def _make_kernel(xp: Any, plan: tuple[tuple[Any, Any, tuple[int, ...], tuple[int, ...]], ...],
-                 intermediates: tuple[Array, ...]) -> Callable[..., None]:
+_CACHED_SHAPES = 64
+
+
+def _resize(buffer: Array, tensor: TensorType, what: str) -> Array:
+    """``buffer`` (allocated at the planned size) viewed as ``tensor``."""
+    import numpy as np
+
+    dtype = np.dtype(tensor.dtype)
+    nbytes = prod(tensor.shape) * dtype.itemsize
+    if nbytes > buffer.nbytes:
+        raise OpError(f"{what} needs {nbytes} bytes at shape {list(tensor.shape)}, more than "
+                      f"the {buffer.nbytes} planned at the graph's bounds")
+    return buffer.reshape(-1).view(np.uint8)[:nbytes].view(dtype).reshape(tensor.shape)
+
+
+_Plan = tuple[tuple[Any, Any, tuple[int, ...], tuple[int, ...]], ...]
+
+
+def _make_kernel(xp: Any, plan: _Plan, intermediates: tuple[Array, ...]) -> Callable[..., None]:
     def fused(*args: Array) -> None:
         env = (*args, *intermediates)
+        for compute, attrs, ins, outs in plan:
+            compute(xp, [env[i] for i in ins], [env[o] for o in outs], attrs)
+
+    return fused
+
+
+def _make_resizing_kernel(xp: Any, plan: _Plan,
+                          intermediates: Callable[[Sequence[Array]], tuple[Array, ...]]
+                          ) -> Callable[..., None]:
+    def fused(*args: Array) -> None:
+        env = (*args, *intermediates(args))
         for compute, attrs, ins, outs in plan:
             compute(xp, [env[i] for i in ins], [env[o] for o in outs], attrs)
 

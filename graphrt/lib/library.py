@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import orjson
@@ -11,6 +11,7 @@ import orjson
 from ..devices import Device, device
 from ..devices.base import KIND_CODES
 from .declarative import FunctionSpec, FusedFunction, LibrarySpec, parse_library_spec
+from .shape_functions import ShapeFunction, ShapeFunctionFn
 
 __all__ = ["Kernel", "Library", "LibrarySource"]
 
@@ -66,6 +67,7 @@ class Library:
         self._generic: dict[str, Kernel] = {}
         self._by_device: dict[tuple[str, int], Kernel] = {}
         self._functions: dict[str, FusedFunction] = {}
+        self._shape_functions: dict[str, ShapeFunction] = {}
         for name, kernel in (kernels or {}).items():
             self.register(name, kernel)
 
@@ -102,6 +104,41 @@ class Library:
             return kernel
 
         return add if fn is None else add(fn)
+
+    def register_shape_func(self, name: str, fn: ShapeFunctionFn,
+                            data_dependent: Sequence[bool]) -> ShapeFunction:
+        """Give the Python kernel ``name`` a shape function, run on the host before the kernel
+        wherever a node's output shape cannot be known from the graph alone.
+
+        ``fn(input_types, data)`` returns the output shapes; ``data[i]`` holds input i's values
+        as a host numpy array when ``data_dependent[i]`` is True, else None. Only those inputs
+        are copied to the host. (Declarative functions derive theirs from their body.)
+
+        Example:
+            >>> lib = Library()
+            >>> _ = lib.register_shape_func(
+            ...     "my_nonzero", lambda types, data: [(int((data[0] != 0).sum()),)], [True])
+            >>> lib.shape_function("my_nonzero").data_dependent
+            (True,)
+        """
+        if not callable(fn):
+            raise TypeError(f"shape function of {name!r} must be callable, given "
+                            f"{type(fn).__name__}")
+        flags = tuple(data_dependent)
+        if not all(isinstance(flag, bool) for flag in flags):
+            raise TypeError(f"data_dependent of {name!r} must be bools, one per input, given "
+                            f"{data_dependent!r}")
+        function = ShapeFunction(fn, flags)
+        self._shape_functions[name] = function
+        return function
+
+    def shape_function(self, name: str) -> ShapeFunction | None:
+        """The shape function of ``name``: registered, else its declarative function's."""
+        registered = self._shape_functions.get(name)
+        if registered is not None:
+            return registered
+        fused = self._functions.get(name)
+        return None if fused is None else fused.shape_function
 
     def define(self, name: str, function: FunctionSpec | Mapping[str, Any]) -> FusedFunction:
         """Add a declarative fused function (replacing one of that name).

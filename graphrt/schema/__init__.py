@@ -3,7 +3,8 @@
 from .dtypes import DType, dtype_from_code, dtype_of, parse_dtype
 from .graph import BUILTINS, COPY, NOP, Entry, Graph, Node, build_graph
 from .parse import GraphSource, load_graph, parse_spec
-from .spec import Columns, GraphSpec, NodeSpec
+from .spec import Columns, GraphSpec, NodeSpec, ShapeVarSpec
+from .symbolic import Dim, Expr, ShapeVar, parse_dim
 
 __all__ = [
     "BUILTINS",
@@ -11,16 +12,21 @@ __all__ = [
     "NOP",
     "Columns",
     "DType",
+    "Dim",
     "Entry",
+    "Expr",
     "Graph",
     "GraphSource",
     "GraphSpec",
     "Node",
     "NodeSpec",
+    "ShapeVar",
+    "ShapeVarSpec",
     "build_graph",
     "dtype_from_code",
     "dtype_of",
     "load_graph",
+    "parse_dim",
     "parse_dtype",
     "parse_spec",
 ]

@@ -8,7 +8,7 @@ the node, entry or field at fault.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from types import MappingProxyType
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import GraphFormatError
 from .dtypes import DType, parse_dtype
 from .spec import GraphSpec, NodeSpec
+from .symbolic import Dim, Expr, ShapeVar, dim_text, is_name, parse_dim
 
 __all__ = ["Entry", "Graph", "Node", "build_graph"]
 
@@ -32,7 +33,10 @@ class Entry:
     """One tensor of the graph: output ``index`` of node ``nid``.
 
     ``device_type`` is the DLPack code of the ``device_index`` column, or None when the graph
-    has no such column. ``scope`` is ``""`` for ordinary memory.
+    has no such column. ``scope`` is ``""`` for ordinary memory. ``dims`` is None for a static
+    entry; for a dynamic one it holds the dimensions as written (ints and
+    :class:`~graphrt.schema.symbolic.Expr`), and ``shape`` is then the planned shape: every
+    dimension at its upper bound.
     """
 
     eid: int
@@ -43,11 +47,17 @@ class Entry:
     sid: int
     device_type: int | None
     scope: str
+    dims: tuple[Dim, ...] | None = None
 
     @property
     def nbytes(self) -> int:
-        """Bytes the entry occupies: ``prod(shape) * itemsize`` (a scalar holds one element)."""
+        """Bytes the entry occupies (at the bound when dynamic): ``prod(shape) * itemsize``."""
         return prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def shape_text(self) -> tuple[int | str, ...]:
+        """The shape as the graph writes it: ints, and expressions' text where dynamic."""
+        return self.shape if self.dims is None else tuple(dim_text(d) for d in self.dims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,9 @@ class Graph:
         input_names: name of each input, in input order.
         output_names: name of each output: its node's name, or ``name:index`` for a node with
             several outputs.
+        shape_vars: the declared shape variables by name (empty for a static graph).
+        var_binders: for each shape variable, the node that binds it: an input node (from the
+            shape it is given) or an op node (from its shape function at run time).
     """
 
     nodes: tuple[Node, ...]
@@ -89,6 +102,13 @@ class Graph:
     heads: tuple[int, ...]
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    shape_vars: Mapping[str, ShapeVar] = field(default_factory=lambda: MappingProxyType({}))
+    var_binders: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether any entry has a symbolic dimension."""
+        return bool(self.shape_vars) and any(e.dims is not None for e in self.entries)
 
     def entry_label(self, eid: int) -> str:
         """How errors name an entry: ``entry 7 (output 0 of node 5 'sub')``."""
@@ -153,7 +173,52 @@ def _column(spec: GraphSpec, key: str, n_entries: int) -> list[Any] | None:
     return values
 
 
-def _build_entries(spec: GraphSpec, nodes: list[NodeSpec], row_ptr: list[int]) -> list[Entry]:
+def _shape_vars(spec: GraphSpec) -> dict[str, ShapeVar]:
+    declared = {}
+    for name, bounds in (spec.shape_vars or {}).items():
+        if not is_name(name):
+            raise _fail("shape_vars", f"{name!r} is not a valid variable name (letters, digits "
+                        "and _, not starting with a digit)")
+        declared[name] = ShapeVar(name, bounds.min, bounds.max)
+    return declared
+
+
+def _dims(raw: list[int | str], where: str, shape_vars: Mapping[str, ShapeVar]
+          ) -> tuple[tuple[int, ...], tuple[Dim, ...] | None]:
+    """The planned shape (upper bounds) and, when any dimension is symbolic, the dims."""
+    if all(isinstance(dim, int) for dim in raw):
+        shape = tuple(int(dim) for dim in raw)
+        if any(dim < 0 for dim in shape):
+            raise _fail(where, f"shape {list(shape)} has a negative dimension")
+        return shape, None
+    dims: list[Dim] = []
+    planned = []
+    ranges = {name: (var.min, var.max) for name, var in shape_vars.items()}
+    for axis, dim in enumerate(raw):
+        if isinstance(dim, int):
+            if dim < 0:
+                raise _fail(where, f"shape {raw} has a negative dimension")
+            dims.append(dim)
+            planned.append(dim)
+            continue
+        try:
+            expr = parse_dim(dim)
+        except ValueError as err:
+            raise _fail(where, f"dimension {axis} of shape {raw}: {err}") from None
+        undeclared = sorted(expr.variables - shape_vars.keys())
+        if undeclared:
+            raise _fail(where, f"dimension {axis} ({dim!r}) uses {undeclared}, not declared in "
+                        f"the graph's shape_vars (declared: {sorted(shape_vars)})")
+        try:
+            planned.append(max(expr.bounds(ranges)[1], 0))
+        except ValueError as err:
+            raise _fail(where, f"dimension {axis} ({dim!r}): {err}") from None
+        dims.append(expr)
+    return tuple(planned), tuple(dims)
+
+
+def _build_entries(spec: GraphSpec, nodes: list[NodeSpec], row_ptr: list[int],
+                   shape_vars: Mapping[str, ShapeVar]) -> list[Entry]:
     n_entries = row_ptr[-1]
     dltypes = _column(spec, "dltype", n_entries)
     shapes = _column(spec, "shape", n_entries)
@@ -170,9 +235,7 @@ def _build_entries(spec: GraphSpec, nodes: list[NodeSpec], row_ptr: list[int]) -
                 dtype = parse_dtype(str(dltypes[eid]))
             except ValueError as err:
                 raise _fail(where, str(err)) from None
-            shape = tuple(shapes[eid])
-            if any(dim < 0 for dim in shape):
-                raise _fail(where, f"shape {list(shape)} has a negative dimension")
+            shape, dims = _dims(shapes[eid], where, shape_vars)
             sid = sids[eid]
             if sid < 0:
                 raise _fail(where, f"storage_id is {sid}, must be >= 0")
@@ -182,7 +245,7 @@ def _build_entries(spec: GraphSpec, nodes: list[NodeSpec], row_ptr: list[int]) -
                             "type code (1 = CPU, 2 = CUDA, 12 = ext_dev)")
             scope = "" if scopes is None else str(scopes[eid])
             entries.append(Entry(eid, nid, index, shape, dtype, sid, device_type,
-                                 "" if scope in _GLOBAL_SCOPES else scope))
+                                 "" if scope in _GLOBAL_SCOPES else scope, dims))
     return entries
 
 
@@ -230,7 +293,8 @@ def build_graph(spec: GraphSpec) -> Graph:
             op_info.append((attrs, num_outputs))
     _check_row_ptr(spec, counts)
     row_ptr = spec.node_row_ptr
-    entries = _build_entries(spec, specs, row_ptr)
+    shape_vars = _shape_vars(spec)
+    entries = _build_entries(spec, specs, row_ptr, shape_vars)
 
     nodes = []
     for nid, node in enumerate(specs):
@@ -251,11 +315,46 @@ def build_graph(spec: GraphSpec) -> Graph:
     graph = Graph(tuple(nodes), tuple(entries), arg_nodes, heads,
                   tuple(nodes[nid].name for nid in arg_nodes),
                   tuple(_output_name(nodes[entries[eid].nid], entries[eid].index)
-                        for eid in heads))
+                        for eid in heads),
+                  MappingProxyType(shape_vars), MappingProxyType(_var_binders(nodes, entries,
+                                                                              arg_nodes)))
     for built in graph.nodes:
         if built.func_name in BUILTINS:
             _check_builtin(graph, built)
     return graph
+
+
+def _var_binders(nodes: list[Node], entries: list[Entry], arg_nodes: tuple[int, ...]
+                 ) -> dict[str, int]:
+    """Which node binds each shape variable used, checking that nothing uses one before.
+
+    A variable that is a bare dimension of an input is bound from the input's shape before the
+    run starts; otherwise the first op node with it as a bare output dimension binds it from its
+    shape function, and no earlier node may use it.
+    """
+    inputs = set(arg_nodes)
+    binders: dict[str, int] = {}
+    for stage in (True, False):  # every input first, then op nodes in execution order
+        for entry in entries:
+            if entry.dims is not None and (entry.nid in inputs) == stage:
+                for dim in entry.dims:
+                    if isinstance(dim, Expr) and dim.is_variable:
+                        binders.setdefault(str(dim.tree), entry.nid)
+    for entry in entries:
+        for axis, dim in enumerate(entry.dims or ()):
+            if not isinstance(dim, Expr):
+                continue
+            for var in sorted(dim.variables):
+                where = (f"entry {entry.eid} (output {entry.index} of "
+                         f"{nodes[entry.nid].label}) dimension {axis} ({dim.text!r})")
+                binder = binders.get(var)
+                if binder is None:
+                    raise _fail(where, f"variable {var!r} is never bound: no input has it as a "
+                                "dimension and no node's output has it as a bare dimension")
+                if binder not in inputs and (entry.nid in inputs or entry.nid < binder):
+                    raise _fail(where, f"uses variable {var!r} before {nodes[binder].label} "
+                                "binds it")
+    return binders
 
 
 def _output_name(node: Node, index: int) -> str:

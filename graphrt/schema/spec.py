@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-__all__ = ["Columns", "GraphSpec", "NodeSpec"]
+__all__ = ["Columns", "GraphSpec", "NodeSpec", "ShapeVarSpec"]
 
 EntryRef = Annotated[list[StrictInt], Field(min_length=2, max_length=3)]
 """``[nid, index]`` or ``[nid, index, version]``; version is ignored."""
@@ -38,7 +38,8 @@ class NodeSpec(_Frozen):
 
 ListInt = tuple[Literal["list_int"], list[StrictInt]]
 ListStr = tuple[Literal["list_str"], list[StrictStr]]
-ListShape = tuple[Literal["list_shape"], list[list[StrictInt]]]
+ListShape = tuple[Literal["list_shape"], list[list[StrictInt | StrictStr]]]
+"""Shapes; a dimension may be a symbolic expression of declared ``shape_vars`` (graphrt)."""
 
 
 class Columns(BaseModel):
@@ -68,8 +69,22 @@ class Columns(BaseModel):
         return self
 
 
+class ShapeVarSpec(_Frozen):
+    """Bounds of one shape variable (a graphrt extension): ``{"max": 64, "min": 1}``."""
+
+    max: StrictInt = Field(ge=0)
+    min: StrictInt = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ShapeVarSpec:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
+
+
 class GraphSpec(_Frozen):
-    """The whole graph document: five required keys, ``metadata`` tolerated."""
+    """The whole graph document: five required keys, ``metadata`` tolerated, and graphrt's
+    optional ``shape_vars`` declaring the bounds of symbolic dimensions."""
 
     nodes: list[NodeSpec]
     arg_nodes: list[StrictInt]
@@ -77,3 +92,4 @@ class GraphSpec(_Frozen):
     heads: list[EntryRef]
     attrs: Columns
     metadata: Any = None
+    shape_vars: dict[StrictStr, ShapeVarSpec] | None = None

@@ -6,7 +6,8 @@ pad and layout_transform. Each writes its preallocated output(s) in one pass whe
 (``xp.copyto`` from a view of the input, or a write through a view of the output).
 
 Only ``dynamic_strided_slice`` is data dependent: its output shape follows the values of its
-begin/end/strides tensors, which ``infer`` receives as host numpy arrays.
+begin/end/strides tensors, which ``infer`` receives as host numpy arrays; its compute then
+reads them on the device.
 """
 
 from __future__ import annotations
@@ -471,15 +472,29 @@ def _dynamic_slice_infer(types: Sequence[TensorType], attrs: DynamicStridedSlice
 
 def _dynamic_slice_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                            attrs: DynamicStridedSliceAttrs) -> None:
-    x = inputs[0]
-    begin, end, strides = (_host_ints(xp, inputs[i]) for i in (1, 2, 3))
-    index, shape = _slice_plan("dynamic_strided_slice", tuple(x.shape), begin, end, strides,
-                               None)
-    if shape != tuple(outputs[0].shape):
-        raise OpError(f"dynamic_strided_slice: begin/end/strides {begin}/{end}/{strides} give "
-                      f"shape {list(shape)} but the output was inferred as "
-                      f"{list(outputs[0].shape)}")
-    xp.copyto(outputs[0], x[index])
+    """Gather along each sliced axis with indices computed on the device.
+
+    The output's shape, which the shape function computed on the host, gives each axis's
+    length; begin and strides are read where they live, so running the kernel moves nothing
+    to the host (only the shape function's inputs cross, once).
+    """
+    x, begin, _, strides = inputs
+    out = outputs[0]
+    if begin.shape[0] > x.ndim:
+        raise OpError(f"dynamic_strided_slice: begin has {begin.shape[0]} values but the input "
+                      f"is {x.ndim}-D (shape {list(x.shape)})")
+    result = x
+    for axis in range(begin.shape[0]):
+        n, m = x.shape[axis], out.shape[axis]
+        first = xp.where(begin[axis] < 0, begin[axis] + n, begin[axis])
+        if axis < strides.shape[0]:
+            step = strides[axis]
+            first = xp.where(step > 0, xp.clip(first, 0, n), xp.clip(first, -1, n - 1))
+            index = first + step * xp.arange(m)
+        else:
+            index = xp.clip(first, 0, n) + xp.arange(m)
+        result = xp.take(result, index, axis=axis)
+    xp.copyto(out, result)
 
 
 register_op(OpDef(name="dynamic_strided_slice", attrs=DynamicStridedSliceAttrs, arity=4,
