@@ -24,7 +24,7 @@ from .errors import (
     KernelNotFoundError,
     PlacementError,
 )
-from .executor import GraphModule, create
+from .executor import GraphModule, MemoryReport, TransferLog, TransferStats, create
 from .lib import Library
 from .params import load_params, save_params
 from .schema import Graph, load_graph
@@ -43,7 +43,10 @@ __all__ = [
     "InputError",
     "KernelNotFoundError",
     "Library",
+    "MemoryReport",
     "PlacementError",
+    "TransferLog",
+    "TransferStats",
     "__version__",
     "cpu",
     "create",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 Ref = int | tuple[int, int]
+Shape = list[int] | list[int | str]
 
 
 class GraphBuilder:
@@ -12,7 +13,7 @@ class GraphBuilder:
 
     def __init__(self, *, device_index: bool = False) -> None:
         self.nodes: list[dict[str, Any]] = []
-        self.entries: list[tuple[str, list[int], int, int]] = []
+        self.entries: list[tuple[str, Shape, int, int]] = []
         self.arg_nodes: list[int] = []
         self.device_index = device_index
         self._next_sid = 0
@@ -23,7 +24,7 @@ class GraphBuilder:
         self._next_sid = max(self._next_sid, sid + 1)
         return sid
 
-    def input(self, name: str, shape: list[int], dtype: str = "float32", *,
+    def input(self, name: str, shape: Shape, dtype: str = "float32", *,
               sid: int | None = None, dev: int = 1) -> int:
         self.nodes.append({"op": "null", "name": name, "inputs": []})
         self.entries.append((dtype, shape, self._sid(sid), dev))
@@ -31,7 +32,7 @@ class GraphBuilder:
         return len(self.nodes) - 1
 
     def op(self, name: str, func: str, inputs: list[Ref],
-           outputs: list[tuple[list[int], str]] | None = None, *, shape: list[int] | None = None,
+           outputs: list[tuple[Shape, str]] | None = None, *, shape: Shape | None = None,
            dtype: str = "float32", sids: list[int | None] | None = None, dev: int = 1,
            flatten: bool = False) -> int:
         outs = outputs if outputs is not None else [(shape or [], dtype)]
@@ -44,7 +45,8 @@ class GraphBuilder:
             self.entries.append((out_dtype, out_shape, self._sid(sid), dev))
         return len(self.nodes) - 1
 
-    def build(self, heads: list[Ref]) -> dict[str, Any]:
+    def build(self, heads: list[Ref],
+              shape_vars: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
         row_ptr = [0]
         for node in self.nodes:
             row_ptr.append(row_ptr[-1] + int(node.get("attrs", {}).get("num_outputs", 1)))
@@ -55,6 +57,9 @@ class GraphBuilder:
         }
         if self.device_index:
             attrs["device_index"] = ["list_int", [e[3] for e in self.entries]]
-        return {"nodes": self.nodes, "arg_nodes": self.arg_nodes, "node_row_ptr": row_ptr,
-                "heads": [[h, 0, 0] if isinstance(h, int) else [h[0], h[1], 0] for h in heads],
-                "attrs": attrs}
+        graph = {"nodes": self.nodes, "arg_nodes": self.arg_nodes, "node_row_ptr": row_ptr,
+                 "heads": [[h, 0, 0] if isinstance(h, int) else [h[0], h[1], 0] for h in heads],
+                 "attrs": attrs}
+        if shape_vars is not None:
+            graph["shape_vars"] = shape_vars
+        return graph

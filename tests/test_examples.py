@@ -29,10 +29,22 @@ def test_run_models_matches_numpy_on_cpu_and_sim(capsys: pytest.CaptureFixture[s
     assert len(errors) >= 4 and max(errors) < 1e-5
 
 
+def test_run_dynamic_shows_batches_and_a_slice_that_moves_only_its_bounds(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    runpy.run_path(str(EXAMPLES / "run_dynamic.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    for n in (1, 7, 64):
+        assert f"mlp batch {n:2d} on cpu:0: output ({n}, 10), max |graphrt - numpy| =" in printed
+    assert "matches numpy: True; shape function copied 3 tensors, 48 bytes to the host" in printed
+
+
 def test_model_files_are_what_generate_writes() -> None:
     generate = runpy.run_path(str(EXAMPLES / "models" / "generate.py"))
-    for name in ("mlp", "cnn"):
-        graph, lib = generate[name]()
+    makers = {"mlp": generate["mlp"], "cnn": generate["cnn"],
+              "mlp_dynamic": lambda: generate["mlp"]("n"),
+              "dynamic_slice": generate["dynamic_slice"]}
+    for name, make in makers.items():
+        graph, lib = make()
         folder = EXAMPLES / "models" / name
         assert json.loads((folder / "graph.json").read_text()) == graph
         assert json.loads((folder / "lib.json").read_text()) == lib
