@@ -97,7 +97,7 @@ class DynamicRunner:
                          plan.entry_device[node.outputs[0]])
                         for node in graph.nodes if node.func_name == COPY]
         self.env: dict[str, int] = {}
-        self.transfers = TransferLog()
+        self._last_inputs: tuple[tuple[int, ...], ...] | None = None
         self._shape_moves: list[tuple[Device, Device, int]] = []
 
     def _stage(self, node: ShapeNode) -> list[_Staging]:
@@ -122,6 +122,7 @@ class DynamicRunner:
     def set_input_shape(self, eid: int, shape: tuple[int, ...]) -> None:
         """An input's slot now holds data of ``shape``: view it so (and its aliases later)."""
         if eid in self.dynamic_eids and self._actual[eid] != shape:
+            self._last_inputs = None
             self.table.rebind({eid: self.slot_view(eid, shape)})
             self._actual[eid] = shape
             for member in self.groups.members[self.groups.root[eid]]:
@@ -130,6 +131,7 @@ class DynamicRunner:
 
     def bind_memory(self, root: int, memory: Array | None) -> None:
         """A zero-copy input bound to (or released from) ``root``'s alias group."""
+        self._last_inputs = None
         if memory is None:
             self._memory.pop(root, None)
         else:
@@ -166,9 +168,13 @@ class DynamicRunner:
             InputError: the inputs' shapes disagree (before anything runs).
             ExecutionError: a shape function failed or gave shapes the plan cannot hold.
         """
-        self.env = self.shapes.bind_inputs(input_shapes, self.graph.input_names)
+        key = tuple(input_shapes)
+        if key != self._last_inputs or self.shapes.nodes:
+            self._last_inputs = None  # until the inputs' stage is applied
+            self.env = self.shapes.bind_inputs(input_shapes, self.graph.input_names)
+            self._run_stage(0, -1)
+            self._last_inputs = key
         self._shape_moves = []
-        self._run_stage(0, -1)
         start = 0
         for index, node in self._points:
             yield from self.table.steps[start:index]
@@ -176,9 +182,12 @@ class DynamicRunner:
             start = index
         yield from self.table.steps[start:]
         yield from extra
-        self.transfers = TransferLog(tally([(src, dst, self.table.views[eid].nbytes)
-                                            for eid, src, dst in self._copies]),
-                                     tally(self._shape_moves))
+
+    @property
+    def transfers(self) -> TransferLog:
+        """What the last run copied (``__copy`` nodes sized by the shapes it ran with)."""
+        return TransferLog(tally([(src, dst, self.table.views[eid].nbytes)
+                                  for eid, src, dst in self._copies]), tally(self._shape_moves))
 
     def _run_stage(self, stage: int, nid: int, node: ShapeNode | None = None) -> None:
         try:
