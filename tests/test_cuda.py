@@ -188,3 +188,38 @@ def test_elementwise_chain_is_one_fused_launch(gpu: graphrt.Device) -> None:
     np.testing.assert_allclose(mod.get_output(0).get(), expected, rtol=1e-6)
     graphrt.create(g.build(heads=[y]), lib, gpu)
     assert len(fusion._CACHE) == before + 1  # cached by signature
+
+
+def test_dynamic_batch_mlp_on_cuda_allocates_nothing_after_create(
+        gpu: graphrt.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_dynamic_shapes import MODELS, batch, mlp_module, reference
+
+    from graphrt.devices.cuda_backend import CudaBackend
+
+    static = graphrt.create(MODELS / "mlp" / "graph.json",
+                            graphrt.Library.from_json(MODELS / "mlp" / "lib.json"))
+    weights = {k: v for k, v in reference.weights("mlp", static.get_input_info()).items()
+               if k != "x"}
+    mod = mlp_module("cuda:0", weights)
+    calls: list[int] = []
+    original = CudaBackend.allocate
+    monkeypatch.setattr(CudaBackend, "allocate",
+                        lambda self, nbytes: calls.append(nbytes) or original(self, nbytes))
+    for n in (1, 7, 64):
+        x = batch(n)
+        mod.run(x=x)
+        out = mod.get_output(0, out=np.empty((n, 10), "float32"))
+        np.testing.assert_allclose(out, reference.MODELS["mlp"]({**weights, "x": x}),
+                                   rtol=1e-4, atol=1e-5)
+    assert calls == []
+
+
+def test_dynamic_slice_on_cuda_moves_only_begin_end_strides(gpu: graphrt.Device) -> None:
+    from test_dynamic_shapes import WINDOW, X, slice_graph, slice_lib
+
+    mod = graphrt.create(slice_graph(gpu.type_code), slice_lib(), graphrt.cpu(0), gpu)
+    mod.run(x=X, **WINDOW)
+    moved = mod.last_run_transfers().shape_functions
+    assert (moved.count, moved.to_host_bytes) == (3, 48)
+    out = mod.get_output(0, out=np.empty(mod.get_output(0).shape, "float32"))
+    np.testing.assert_allclose(out, np.sqrt(X[100:1100:3, 16:80:2]), rtol=1e-6)
