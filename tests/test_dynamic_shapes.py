@@ -404,3 +404,25 @@ def test_a_function_reading_an_intermediate_on_the_host_is_refused() -> None:
                                          "body": [
             {"op": "add", "inputs": ["e", "e"], "outputs": ["e2"]},
             {"op": "dynamic_strided_slice", "inputs": ["x", "b", "e2", "s"], "outputs": ["y"]}]})
+
+
+def test_copy_nodes_move_the_actual_bytes_and_are_counted_apart(sim: graphrt.Device) -> None:
+    g = GraphBuilder(device_index=True)
+    x = g.input("x", ["n", 4])
+    on_sim = g.op("to_sim", "__copy", [x], shape=["n", 4], dev=sim.type_code)
+    y = g.op("y", "negate", [on_sim], shape=["n", 4], dev=sim.type_code)
+    back = g.op("to_cpu", "__copy", [y], shape=["n", 4])
+    mod = graphrt.create(g.build([back], {"n": {"max": 32}}),
+                         {"negate": lambda a, out: np.negative(a, out=out)}, graphrt.cpu(0), sim)
+    counters = graphrt.sim_counters(sim)
+    for n in (3, 32):
+        counters.reset()
+        x_values = np.arange(4 * n, dtype="float32").reshape(n, 4)
+        mod.run(x=x_values)
+        np.testing.assert_array_equal(mod.get_output(0), -x_values)
+        moved = mod.last_run_transfers()
+        assert moved.copy_nodes == graphrt.TransferStats(2, 32 * n, 16 * n, 16 * n)
+        assert moved.shape_functions == graphrt.TransferStats()
+        assert (counters.upload_bytes, counters.download_bytes) == (16 * n, 16 * n)
+    result = mod.benchmark(repeat=2, number=1, end_to_end=True, x=np.ones((5, 4), "float32"))
+    assert result.number == 1 and mod.get_output(0).shape == (5, 4)

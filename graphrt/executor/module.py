@@ -322,10 +322,12 @@ class GraphModule:
             self._set_inputs(inputs)  # checks them, and unbinds zero-copy inputs named here
         moves_in = [self._transfer_in(self._input_position(key), value)
                     for key, value in inputs.items()]
+        if self._dynamic is not None:
+            self.run()  # the outputs take these inputs' shapes
         moves_out = []
         for position, eid in enumerate(self.graph.heads):
             if position not in self._bound_outputs:
-                host = np.empty(self.graph.entries[eid].shape, self.graph.entries[eid].dtype.numpy)
+                host = np.empty(self._table.views[eid].shape, self.graph.entries[eid].dtype.numpy)
                 moves_out.append((copier(self.plan.entry_device[eid], cpu(0)), eid, host))
 
         def end_to_end_call() -> None:
