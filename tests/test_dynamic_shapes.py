@@ -186,6 +186,7 @@ def test_debug_outputs_and_profile_follow_the_last_shapes(
     assert saved["x:0:0"].shape == (6, 64)
     report = mod.profile(repeat=2, warmup=0)
     assert len(report.nodes) == 3
+    assert report.nodes[0].output_shapes == ((6, 128),)  # the shapes it ran with
 
 
 # -- shared variables and expressions ----------------------------------------------------------

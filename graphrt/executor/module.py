@@ -296,7 +296,7 @@ class GraphModule:
         is_copy = [self.graph.nodes[nid].func_name == COPY for _, _, nid in self._table.steps]
         is_copy += [True] * len(self._copy_out_steps)
         return profile_steps(self.graph, self.plan, steps, is_copy, repeat,
-                             self._execution_error)
+                             self._execution_error, self._table.views)
 
     def benchmark(self, repeat: int = 5, number: int = 5, min_repeat_ms: float | None = None,
                   end_to_end: bool = False, **inputs: Any) -> BenchmarkResult:

@@ -173,11 +173,13 @@ def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
 
 def profile_steps(graph: Graph, plan: StoragePlan, steps: Sequence[Step],
                   is_copy: Sequence[bool], repeat: int,
-                  on_error: Callable[[int, Exception], Exception]) -> ProfileReport:
+                  on_error: Callable[[int, Exception], Exception],
+                  views: Sequence[Any]) -> ProfileReport:
     """Run ``steps`` ``repeat`` times, timing each call, and build the report.
 
     ``is_copy[i]`` says whether step i moves data (a ``__copy`` node, or a copy into a bound
-    output) rather than running a kernel.
+    output) rather than running a kernel. ``views`` are the entries' arrays, whose shapes (the
+    last run's, for a dynamic graph) the report gives.
     """
     devices = [plan.node_device[nid] for _, _, nid in steps]
     timers = [backend_for(dev).step_timer() for dev in devices]
@@ -210,17 +212,18 @@ def profile_steps(graph: Graph, plan: StoragePlan, steps: Sequence[Step],
         if timer is not None:
             times[index] = [timer.elapsed_us(r) for r in range(repeat)]
     return ProfileReport(
-        tuple(_node_profile(graph, plan, step[2], is_copy[i], devices[i], starts[i], times[i])
-              for i, step in enumerate(steps)),
+        tuple(_node_profile(graph, plan, views, step[2], is_copy[i], devices[i], starts[i],
+                            times[i]) for i, step in enumerate(steps)),
         tuple(runs), tuple(str(dev) for dev in plan.devices))
 
 
-def _node_profile(graph: Graph, plan: StoragePlan, nid: int, is_copy: bool, device: Device,
-                  starts: list[float], times: list[float]) -> NodeProfile:
+def _node_profile(graph: Graph, plan: StoragePlan, views: Sequence[Any], nid: int,
+                  is_copy: bool, device: Device, starts: list[float],
+                  times: list[float]) -> NodeProfile:
     node = graph.nodes[nid]
-    inputs = tuple(graph.entries[eid].shape for eid in node.inputs)
-    outputs = tuple(graph.entries[eid].shape for eid in node.outputs)
-    nbytes = graph.entries[node.outputs[0]].nbytes if is_copy else 0
+    inputs = tuple(tuple(views[eid].shape) for eid in node.inputs)
+    outputs = tuple(tuple(views[eid].shape) for eid in node.outputs)
+    nbytes = int(views[node.outputs[0]].nbytes) if is_copy else 0
     source = plan.entry_device[node.inputs[0]] if node.func_name == COPY else device
     return NodeProfile(nid, node.name, COPY if is_copy else node.func_name or "",
                        "copy" if is_copy else "op", str(device), str(source), inputs, outputs,
