@@ -427,3 +427,17 @@ def test_copy_nodes_move_the_actual_bytes_and_are_counted_apart(sim: graphrt.Dev
         assert (counters.upload_bytes, counters.download_bytes) == (16 * n, 16 * n)
     result = mod.benchmark(repeat=2, number=1, end_to_end=True, x=np.ones((5, 4), "float32"))
     assert result.number == 1 and mod.get_output(0).shape == (5, 4)
+
+
+def test_inputs_making_a_dimension_negative_are_an_input_error() -> None:
+    g = GraphBuilder()
+    a = g.input("a", ["n"])
+    b = g.input("b", ["m"])
+    y = g.op("y", "head", [a, b], shape=["n - m"])
+    mod = graphrt.create(g.build([y], {"n": {"max": 8}, "m": {"max": 4}}),
+                         {"head": lambda a, b, out: np.copyto(out, a[:out.shape[0]])})
+    mod.run(a=np.arange(5, dtype="float32"), b=np.zeros(2, "float32"))
+    np.testing.assert_array_equal(mod.get_output(0), [0, 1, 2])
+    with pytest.raises(graphrt.InputError, match=r"entry 2 \(output 0 of node 2 'y'\) "
+                       r"dimension 0 \('n - m'\) is -1"):
+        mod.run(a=np.arange(1, dtype="float32"), b=np.zeros(2, "float32"))

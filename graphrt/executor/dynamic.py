@@ -197,6 +197,8 @@ class DynamicRunner:
         except (InputError, ExecutionError):
             raise
         except Exception as err:
+            if node is None:  # the inputs' shapes make a dimension impossible
+                raise InputError(f"the inputs' shapes do not fit the graph: {err}") from err
             graph_node = self.graph.nodes[nid]
             dev = self.plan.node_device[nid]
             raise ExecutionError(
