@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import runpy
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +74,24 @@ def write_directory(folder: Path, members: dict[str, bytes]) -> Path:
 
 
 def write_zip(path: Path, members: dict[str, bytes] | list[tuple[str, bytes]],
-              compression: int = zipfile.ZIP_STORED) -> Path:
+              deflate: Collection[str] = ()) -> Path:
+    """A zip of ``members``: stored, but deflated for the names in ``deflate``."""
     items = members.items() if isinstance(members, dict) else members
-    with zipfile.ZipFile(path, "w", compression) as archive:
+    with zipfile.ZipFile(path, "w") as archive:
         for name, content in items:
-            archive.writestr(zipfile.ZipInfo(name), content, compress_type=compression)
+            method = zipfile.ZIP_DEFLATED if name in deflate else zipfile.ZIP_STORED
+            archive.writestr(zipfile.ZipInfo(name), content, compress_type=method)
     return path
+
+
+def corrupt(data: bytes, rng: random.Random, flips: int = 3, tail: int = 0) -> bytes:
+    """``data`` maybe truncated, with up to ``flips`` random bytes changed; half of them in
+    the last ``tail`` bytes when given (where a zip keeps its directory)."""
+    damaged = bytearray(data)
+    if rng.random() < 0.3:
+        damaged = damaged[: rng.randrange(len(damaged))]
+    for _ in range(rng.randint(1, flips)):
+        if damaged:
+            low = max(0, len(damaged) - tail) if tail and rng.random() < 0.5 else 0
+            damaged[rng.randrange(low, len(damaged))] = rng.randrange(256)
+    return bytes(damaged)

@@ -12,6 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from bundle_fixtures import corrupt
 
 from graphrt import BundleError
 from graphrt.bundle.safetensors import (
@@ -120,12 +121,7 @@ def test_random_corruption_only_ever_raises_bundle_error() -> None:
     rng = random.Random(0)
     refused = 0
     for _ in range(400):
-        data = bytearray(good)
-        if rng.random() < 0.3:
-            data = data[: rng.randrange(len(data))]
-        for _ in range(rng.randint(1, 4)):
-            if data:
-                data[rng.randrange(len(data))] = rng.randrange(256)
+        data = corrupt(good, rng, flips=4)
         try:
             loaded = read_safetensors(memoryview(bytes(data)))
         except BundleError:

@@ -44,7 +44,9 @@ __all__ = ["ArchiveReader", "DirectoryReader", "MemberInfo", "ZipReader", "is_zi
 ZIP_MAGIC = b"PK\x03\x04"
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # signature ... name length, extra length
 _CHUNK = 1 << 20
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_OPEN_FLAGS = os.O_RDONLY | sum(getattr(os, flag, 0) for flag in (
+    "O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
+"""How a directory's members are opened: never through a link, never waiting (a FIFO)."""
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
                NotImplementedError, struct.error, IndexError, KeyError, OverflowError,
                UnicodeError)
@@ -212,7 +214,10 @@ class DirectoryReader(ArchiveReader):
             if entry.is_symlink():
                 raise BundleError(f"member {entry.name[:200]!r} in {self.path} is a symbolic "
                                   "link; bundle members must be regular files")
-            file = self._open(self._check_known(entry.name), root)
+            name = self._check_known(entry.name)
+            if not entry.is_file(follow_symlinks=False):  # a folder, a FIFO, a device
+                raise BundleError(f"member {name!r} in {self.path} is not a regular file")
+            file = self._open(name, root)
             size = os.fstat(file.fileno()).st_size
             self._admit(MemberInfo(entry.name, size, compressed=False, offset=0))
 
@@ -221,7 +226,7 @@ class DirectoryReader(ArchiveReader):
         if os.path.dirname(os.path.realpath(where)) != root:
             raise BundleError(f"member {name!r} resolves outside {self.path}")
         try:
-            fd = os.open(where, os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(where, _OPEN_FLAGS)
         except OSError as err:
             raise BundleError(f"cannot open member {name!r} of {self.path}: {err.strerror} (a "
                               "symbolic link is refused)") from None
