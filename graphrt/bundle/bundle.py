@@ -23,11 +23,13 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import JsonValue
 
-from ..devices import Device
+from ..devices import Device, cpu
 from ..errors import BundleError, GraphrtError, KernelNotFoundError
 from ..executor import GraphModule, create
+from ..executor.build import resolve_kernels
 from ..lib import Library, LibrarySource
 from ..schema import Graph, load_graph
+from ..storage import plan_storage
 from .archive import ArchiveReader, open_archive
 from .interface import check_external_kernels, check_interface, check_params_fit
 from .manifest import Manifest, TensorSpec, parse_manifest
@@ -122,6 +124,31 @@ class Bundle:
         module.load_params(self.params)
         return module
 
+    def check_functions(self) -> int:
+        """Type-check the lib against the graph as ``create()`` would, without creating.
+
+        Every node whose func_name the lib defines declaratively has that function's types
+        inferred for its inputs and compared with its outputs, on the host (the graph's own
+        storage is not allocated). External kernels are code the loading program supplies, so
+        they are not checked here.
+
+        Returns:
+            The number of nodes checked.
+
+        Raises:
+            BundleError: a function that does not fit a node that uses it, naming ``lib.json``,
+                the function, the step and the node.
+
+        Example:
+            >>> load_bundle("examples/bundles/mlp").check_functions()  # doctest: +SKIP
+            3
+        """
+        stand_ins = {name: _supplied_later for name in self.external_kernels}
+        plan = plan_storage(self.graph, (cpu(0),), strict=False)
+        _parse(LIB, lambda: resolve_kernels(self.graph, plan, self.lib.merged(stand_ins)))
+        functions = self.lib.spec().functions
+        return sum(node.func_name in functions for node in self.graph.nodes)
+
     def describe(self) -> dict[str, Any]:
         """The bundle as plain data (what ``graphrt inspect --json`` prints under ``bundle``).
 
@@ -145,6 +172,10 @@ class Bundle:
     def __repr__(self) -> str:
         return (f"<Bundle {self.path} ({self.kind}): {len(self.manifest.inputs)} inputs, "
                 f"{len(self.params)} params, {len(self.manifest.outputs)} outputs>")
+
+
+def _supplied_later(*arrays: Any) -> None:
+    """Stands in for an external kernel while the lib is checked (never called)."""
 
 
 def _check_members(manifest: Manifest, archive: ArchiveReader) -> None:

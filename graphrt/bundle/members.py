@@ -6,7 +6,7 @@ Example:
     >>> try:
     ...     check_member_name("../evil", "member")
     ... except BundleError as err:
-    ...     print(str(err)[:44])
+    ...     print(str(err)[:41])
     member '../evil' climbs out of the bundle
 """
 

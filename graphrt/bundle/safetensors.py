@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
@@ -194,7 +195,8 @@ def read_safetensors_header(buffer: memoryview, where: str = "safetensors"
 
 def tensor_view(buffer: memoryview, info: TensorInfo) -> Array:
     """A read-only zero-copy array of one tensor (checked by :func:`read_safetensors_header`)."""
-    dtype = info.dtype.numpy.newbyteorder("<")
+    native = info.dtype.numpy
+    dtype = native if sys.byteorder == "little" else native.newbyteorder("<")
     count = prod(info.shape)
     array = np.frombuffer(buffer, dtype=dtype, count=count, offset=info.start) if count else (
         np.empty(0, dtype=dtype))
