@@ -16,6 +16,7 @@ import argparse
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,7 @@ def random_input(spec: TensorSpec, rng: np.random.Generator) -> Array:
     return rng.integers(0, 10, spec.shape).astype(dtype.numpy)
 
 
+@dataclass(frozen=True)
 class Prepared:
     """A bundle's module with every input set, and where each input came from.
 
@@ -116,12 +118,10 @@ class Prepared:
         origins: for each input, ``"from FILE"`` or ``"random (seed N)"``.
     """
 
-    def __init__(self, bundle: Bundle, module: GraphModule, values: Mapping[str, Array],
-                 origins: Mapping[str, str]) -> None:
-        self.bundle = bundle
-        self.module = module
-        self.values = dict(values)
-        self.origins = dict(origins)
+    bundle: Bundle
+    module: GraphModule
+    values: Mapping[str, Array]
+    origins: Mapping[str, str]
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -134,12 +134,11 @@ def prepare(args: argparse.Namespace) -> Prepared:
     """
     bundle = load_bundle(args.bundle)
     given = read_inputs(args.inputs)
-    module = bundle.create(*parse_devices(args.devices))
-    names = set(module.graph.input_names)
-    unknown = sorted(set(given) - names)
+    unknown = sorted(set(given) - set(bundle.graph.input_names))
     if unknown:
         raise InputError(f"--input {unknown[0]!r} is not an input of the bundle (its inputs: "
                          f"{', '.join(spec.name for spec in bundle.inputs) or 'none'})")
+    module = bundle.create(*parse_devices(args.devices))
     rng = np.random.default_rng(args.seed)
     values, origins = {}, {}
     for spec in bundle.inputs:

@@ -31,7 +31,12 @@ from ..lib import Library, LibrarySource
 from ..schema import Graph, load_graph
 from ..storage import plan_storage
 from .archive import ArchiveReader, open_archive
-from .interface import check_external_kernels, check_interface, check_params_fit
+from .interface import (
+    check_external_kernels,
+    check_interface,
+    check_params_fit,
+    check_params_listed,
+)
 from .manifest import Manifest, TensorSpec, parse_manifest
 from .members import GRAPH, LIB, MANIFEST, PARAMS, BundleLimits
 from .safetensors import read_safetensors_header, tensor_view
@@ -246,18 +251,14 @@ def load_bundle(path: str | os.PathLike[str], *, limits: BundleLimits | None = N
         _verify(manifest, PARAMS, archive.digest(PARAMS))
         mapped = archive.map(PARAMS)
         kind = archive.kind
+    # Everything below reads verified bytes only.
     graph = _parse(GRAPH, lambda: load_graph(documents[GRAPH]))
     lib = _parse(LIB, lambda: Library.from_json(documents[LIB]))
     tensors, _ = read_safetensors_header(mapped, PARAMS)
     check_interface(manifest, graph, GRAPH)
     check_params_fit(graph, {name: (info.shape, info.dtype.name)
                              for name, info in tensors.items()}, PARAMS)
-    listed = {spec.name for spec in manifest.params}
-    if set(tensors) != listed:
-        missing = sorted(listed - set(tensors))
-        raise BundleError(f"member {PARAMS!r} lacks param {missing[0]!r}, which {MANIFEST} "
-                          "lists" if missing else f"member {PARAMS!r} holds params "
-                          f"{sorted(set(tensors) - listed)} that {MANIFEST} does not list")
+    check_params_listed(manifest, tensors)
     check_external_kernels(manifest, graph, lib.spec().functions)
     params = {spec.name: tensor_view(mapped, tensors[spec.name]) for spec in manifest.params}
     return Bundle(Path(path), kind, manifest, hashlib.sha256(raw_manifest).hexdigest(), graph,

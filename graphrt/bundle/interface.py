@@ -16,12 +16,13 @@ from collections.abc import Collection, Mapping, Sequence
 from ..errors import BundleError
 from ..schema import BUILTINS, Graph
 from .manifest import Manifest, TensorSpec, shape_of
-from .members import MANIFEST
+from .members import MANIFEST, PARAMS
 
 __all__ = [
     "check_external_kernels",
     "check_interface",
     "check_params_fit",
+    "check_params_listed",
     "device_types",
     "external_kernels",
     "interface",
@@ -107,6 +108,22 @@ def check_params_fit(graph: Graph, params: Mapping[str, tuple[Sequence[int], str
         if list(shape) != spec.shape or dtype != spec.dtype:
             raise BundleError(f"{where}: param {name!r} is {dtype}{list(shape)}, but the graph's "
                               f"input {name!r} is {spec.dtype}{spec.shape}")
+
+
+def check_params_listed(manifest: Manifest, stored: Collection[str]) -> None:
+    """Check that the params file holds exactly the params the manifest lists.
+
+    Raises:
+        BundleError: naming a param one lists and the other lacks.
+    """
+    listed = {spec.name for spec in manifest.params}
+    missing, unlisted = sorted(listed - set(stored)), sorted(set(stored) - listed)
+    if missing:
+        raise BundleError(f"member {PARAMS!r} lacks param {missing[0]!r}, which {MANIFEST} "
+                          "lists")
+    if unlisted:
+        raise BundleError(f"member {PARAMS!r} holds params {unlisted[:10]} that {MANIFEST} "
+                          "does not list")
 
 
 def check_external_kernels(manifest: Manifest, graph: Graph, defined: Collection[str]) -> None:

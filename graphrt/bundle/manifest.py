@@ -166,7 +166,7 @@ def parse_manifest(raw: bytes) -> Manifest:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}"
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))[:120] or 'manifest'}: {e['msg']}"
                              for e in err.errors()[:5])
         raise BundleError(f"{MANIFEST} is malformed: {problems}") from None
     for name in manifest.members:

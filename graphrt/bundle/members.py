@@ -94,7 +94,7 @@ def check_member_name(name: str, what: str) -> str:
                           "the bundle's root")
     if any(ord(char) < 0x20 or char == "\x7f" for char in name):
         raise BundleError(f"{shown} contains a control character")
-    if len(parts) > 1 or name in (".",):
+    if len(parts) > 1 or name == ".":
         raise BundleError(f"{shown} is not a plain file name at the bundle's root (folders and "
                           "'.' are not allowed)")
     return name
