@@ -195,10 +195,13 @@ def test_params_that_do_not_fit_the_graph_are_refused(tmp_path: Path, change: An
     assert list(tmp_path.iterdir()) == []
 
 
-def test_metadata_must_be_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metadata", [{"when": object()}, {"a": {1: 2}}, {"a": float("nan")},
+                                      {"a": [float("inf")]}])
+def test_metadata_must_be_json(tmp_path: Path, metadata: dict[str, Any]) -> None:
     graph, lib, params, _ = model_parts("mlp")
-    with pytest.raises(graphrt.BundleError, match="metadata must be JSON"):
-        graphrt.save_bundle(tmp_path / "b", graph, lib, params, {"when": object()})
+    with pytest.raises(graphrt.BundleError, match="metadata must be a JSON object"):
+        graphrt.save_bundle(tmp_path / "b", graph, lib, params, metadata)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -79,6 +79,11 @@ def test_big_endian_arrays_are_written_little_endian() -> None:
     assert loaded.tolist() == [0, 1, 2, 3] and loaded.dtype == np.dtype("<i4")
 
 
+def test_the_reserved_name_is_refused() -> None:
+    with pytest.raises(BundleError, match="cannot be named '__metadata__'"):
+        encode({"__metadata__": np.zeros(2, "float32")})
+
+
 def test_a_dtype_safetensors_cannot_hold_is_refused() -> None:
     with pytest.raises(BundleError, match="tensor 'z' has dtype complex64"):
         encode({"z": np.zeros(2, "complex64")})

@@ -125,7 +125,8 @@ class Manifest(_Strict):
 
     def to_json(self) -> bytes:
         """The manifest as indented JSON (what ``manifest.json`` holds), shapes on one line."""
-        text = json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False)
+        text = json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False,
+                          allow_nan=False)
         text = _INT_LIST.sub(lambda m: f"[{', '.join(n.strip() for n in m[1].split(','))}]",
                              text)
         return text.encode("utf-8") + b"\n"

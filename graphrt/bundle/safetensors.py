@@ -55,6 +55,7 @@ _CODES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "
           "F32": "float32", "U64": "uint64", "I64": "int64", "F64": "float64"}
 _NAMES = {name: code for code, name in _CODES.items()}
 _LENGTH = struct.Struct("<Q")
+_METADATA = "__metadata__"
 
 Array = np.ndarray[Any, Any]
 
@@ -176,7 +177,7 @@ def read_safetensors_header(buffer: memoryview, where: str = "safetensors"
         raise BundleError(f"{where} is truncated: the header claims {length:,} bytes but only "
                           f"{size - _LENGTH.size:,} follow the length")
     header = _decode_header(bytes(buffer[_LENGTH.size : base]), where)
-    metadata = _check_metadata(header.pop("__metadata__", {}), where)
+    metadata = _check_metadata(header.pop(_METADATA, {}), where)
     tensors = {name: _tensor_info(name, value, base, where) for name, value in header.items()}
     cursor = base
     for info in sorted(tensors.values(), key=lambda t: (t.start, t.end)):
@@ -228,10 +229,12 @@ def read_safetensors(buffer: memoryview, where: str = "safetensors") -> dict[str
 def _layout(tensors: Mapping[str, Array], metadata: Mapping[str, str] | None
             ) -> tuple[bytes, list[tuple[str, Array]]]:
     """The padded header and the tensors in data order (largest itemsize first, then name)."""
+    if _METADATA in tensors:
+        raise BundleError(f"a tensor cannot be named {_METADATA!r}: safetensors reserves the name")
     order = sorted(tensors.items(), key=lambda item: (-item[1].dtype.itemsize, item[0]))
     header: dict[str, Any] = {}
     if metadata:
-        header["__metadata__"] = dict(metadata)
+        header[_METADATA] = dict(metadata)
     offset = 0
     for name, array in order:
         dtype = dtype_of(array.dtype.newbyteorder("="))

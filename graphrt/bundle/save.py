@@ -107,16 +107,21 @@ def _manifest(graph: Graph, tensors: Mapping[str, Array], external: list[str],
               metadata: Mapping[str, Any] | None) -> Manifest:
     inputs, params, outputs = interface(graph, set(tensors))
     try:
-        return Manifest.model_validate({
+        manifest = Manifest.model_validate({
             "format": FORMAT, "format_version": FORMAT_VERSION, "graphrt_version": __version__,
             "members": {}, "inputs": inputs, "params": params, "outputs": outputs,
             "device_types": device_types(graph), "external_kernels": external,
             "metadata": dict(metadata or {})})
+        manifest.to_json()  # NaN and infinities pass the model but are not JSON
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                             for e in err.errors()[:3])
-        raise BundleError(f"metadata must be JSON (str keys; str, number, bool, null, list, "
-                          f"object values): {problems}") from None
+        first = err.errors()[0]
+        where = ".".join(map(str, first["loc"]))[:120]
+        hint = (" (metadata must be a JSON object: str keys; str, number, bool, null, list or "
+                "object values)" if where.startswith("metadata") else "")
+        raise BundleError(f"the manifest cannot hold {where}: {first['msg']}{hint}") from None
+    except ValueError as err:  # after ValidationError, which is one
+        raise BundleError(f"metadata must be a JSON object: {err}") from None
+    return manifest
 
 
 def _archive_kind(target: Path, archive: ArchiveKind | None) -> ArchiveKind:
