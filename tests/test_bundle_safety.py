@@ -3,6 +3,7 @@ names the member at fault, and loading it touches nothing on disk."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -28,6 +29,7 @@ from bundle_fixtures import (
 )
 
 import graphrt
+import graphrt.bundle
 from graphrt.bundle import PARAMS
 from graphrt.bundle.safetensors import write_safetensors
 
@@ -419,3 +421,25 @@ def test_random_corruption_of_a_zip_bundle_only_raises_bundle_error(tmp_path: Pa
             outcomes["loaded"] += 1
     assert outcomes["refused"] > 250
 
+
+
+def test_the_bundle_package_has_no_way_to_run_code() -> None:
+    """No module of graphrt.bundle imports an unpickler or a loader of code, or calls
+    eval, exec, compile or __import__."""
+    forbidden_modules = {"pickle", "marshal", "shelve", "importlib", "ctypes", "dill", "runpy"}
+    forbidden_calls = {"eval", "exec", "compile", "__import__"}
+    package = Path(graphrt.bundle.__file__).parent
+    modules = sorted(package.glob("*.py"))
+    assert len(modules) >= 8
+    for path in modules:
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                names = {(node.module or "").split(".")[0]}
+            else:
+                names = set()
+            assert not names & forbidden_modules, f"{path.name} imports {names}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id not in forbidden_calls, f"{path.name} calls {node.func.id}"
