@@ -13,6 +13,8 @@ Example:
     array([1., 1., 1., 1.], dtype=float32)
 """
 
+from ._version import __version__
+from .bundle import Bundle, BundleLimits, load_bundle, save_bundle
 from .devices import Device, cpu, cuda, device, sim, sim_counters
 from .errors import (
     BundleError,
@@ -29,10 +31,10 @@ from .lib import Library
 from .params import load_params, save_params
 from .schema import Graph, load_graph
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "Bundle",
     "BundleError",
+    "BundleLimits",
     "Device",
     "DeviceError",
     "ExecutionError",
@@ -52,8 +54,10 @@ __all__ = [
     "create",
     "cuda",
     "device",
+    "load_bundle",
     "load_graph",
     "load_params",
+    "save_bundle",
     "save_params",
     "sim",
     "sim_counters",

@@ -1,9 +1,11 @@
-"""The ``graphrt`` command line: look at a graph and check it without running a kernel.
+"""The ``graphrt`` command line: look at a graph or a bundle and check it without running a
+kernel; ``run`` and ``bench`` (in :mod:`graphrt.cli_run` and :mod:`graphrt.cli_bench`) execute
+a bundle.
 
 Every subcommand is one function registered with :func:`command`; :func:`main` builds the
-parser from the registry and dispatches. A new subcommand (``run``, ``bench``) is one more
-registered function plus a function that adds its arguments; the shared options come from
-:func:`add_graph_argument` and :func:`add_device_option`.
+parser from the registry and dispatches. A new subcommand is one more registered function plus
+a function that adds its arguments; the shared options come from :func:`add_graph_argument`
+and :func:`add_device_option`.
 
 Example:
     >>> from graphrt.cli import main
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .bundle import Bundle, is_zip, load_bundle
+from .cli_bundle import bundle_lines, verified_line
 from .devices import Device
 from .devices.base import CPU, KIND_CODES, SIM, host_memory_bytes
 from .errors import DeviceError, GraphrtError
@@ -33,18 +37,22 @@ from .storage import PlacementReport, StoragePlan, placement_report, plan_storag
 __all__ = [
     "Command",
     "GraphSummary",
+    "Source",
     "TensorInfo",
     "add_device_option",
     "add_graph_argument",
     "build_parser",
+    "columns",
     "command",
     "format_dot",
     "format_text",
     "load_graph_source",
+    "load_source",
     "main",
     "parse_device",
     "parse_devices",
     "plan_graph",
+    "plan_source",
     "summarize",
 ]
 
@@ -112,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         ('validate', 'g.json', ['sim'])
     """
     parser = argparse.ArgumentParser(
-        prog="graphrt", description="Inspect and check TVM-format model graphs.")
+        prog="graphrt", description="Inspect, check, run and time TVM-format model graphs "
+                                    "and graphrt bundles.")
     parser.add_argument("--version", action="version", version=f"graphrt {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in _COMMANDS.values():
@@ -125,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``graphrt`` command line; returns the exit status.
 
-    A :class:`graphrt.GraphrtError` is printed to stderr as ``ErrorType: message`` and gives
-    status 1. Usage errors exit with status 2 through ``SystemExit``, as argparse does.
+    A :class:`graphrt.GraphrtError` (or an ``OSError``, such as an output folder that cannot
+    be written) is printed to stderr as ``ErrorType: message`` and gives status 1. Usage
+    errors exit with status 2 through ``SystemExit``, as argparse does.
 
     Args:
         argv: the arguments after the program name; ``sys.argv[1:]`` when None.
@@ -139,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except GraphrtError as err:
+    except (GraphrtError, OSError) as err:
         print(f"{type(err).__name__}: {err}", file=sys.stderr)
         return 1
 
@@ -148,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def add_graph_argument(parser: argparse.ArgumentParser) -> None:
-    """Add the positional ``GRAPH`` argument (a graph JSON file) to a subcommand.
+    """Add the positional ``GRAPH`` argument (a graph JSON file or a bundle) to a subcommand.
 
     Example:
         >>> parser = argparse.ArgumentParser()
@@ -156,7 +166,8 @@ def add_graph_argument(parser: argparse.ArgumentParser) -> None:
         >>> parser.parse_args(["g.json"]).graph
         'g.json'
     """
-    parser.add_argument("graph", metavar="GRAPH", help="graph JSON file")
+    parser.add_argument("graph", metavar="GRAPH",
+                        help="graph JSON file, or a bundle (directory or single file)")
 
 
 def add_device_option(parser: argparse.ArgumentParser) -> None:
@@ -204,23 +215,65 @@ def parse_devices(texts: Sequence[str] | None) -> tuple[Device, ...]:
     return tuple(parse_device(text) for text in (texts or DEFAULT_DEVICES))
 
 
-def load_graph_source(path: str) -> Graph:
-    """Load the graph a subcommand was given (a graph JSON file; bundles will come here).
+@dataclass(frozen=True)
+class Source:
+    """What a subcommand was given: a graph, and the bundle it came from (None for JSON)."""
+
+    graph: Graph
+    bundle: Bundle | None = None
+
+
+def load_source(path: str) -> Source:
+    """Load a graph JSON file, or a bundle (a directory or a zip file), verifying it.
 
     Raises:
-        GraphFormatError: the file cannot be read or is not a valid graph.
+        GraphFormatError: a graph file that cannot be read or is not a valid graph.
+        BundleError: a bundle that fails any check.
+
+    Example:
+        >>> load_source("examples/bundles/mlp").bundle.metadata["model"]  # doctest: +SKIP
+        'mlp'
+    """
+    where = Path(path)
+    if where.is_dir() or is_zip(where):
+        bundle = load_bundle(where)
+        return Source(bundle.graph, bundle)
+    return Source(load_graph(where))
+
+
+def load_graph_source(path: str) -> Graph:
+    """Load the graph a subcommand was given: a graph JSON file, or a bundle's graph.
+
+    Raises:
+        GraphFormatError, BundleError: as :func:`load_source`.
 
     Example:
         >>> load_graph_source("examples/graphs/simplex.json").input_names  # doctest: +SKIP
         ('A', 'B', 'C')
     """
-    return load_graph(Path(path))
+    return load_source(path).graph
 
 
 def _host_capacity(devices: Sequence[Device]) -> dict[Device, int | None]:
     """What host-memory devices can hold; other devices are not asked (they may be absent)."""
     host = host_memory_bytes()
     return {dev: host for dev in devices if dev.type_code in (CPU, SIM)}
+
+
+def plan_source(args: argparse.Namespace) -> tuple[Source, StoragePlan]:
+    """Load ``args.graph`` (a graph or a bundle) and plan it over ``args.devices``.
+
+    Raises:
+        GraphFormatError, BundleError, DeviceError, PlacementError.
+
+    Example:
+        >>> args = build_parser().parse_args(["inspect", "examples/bundles/mlp"])
+        >>> source, plan = plan_source(args)  # doctest: +SKIP
+    """
+    devices = parse_devices(args.devices)
+    source = load_source(args.graph)
+    plan = plan_storage(source.graph, devices, strict=False, capacity=_host_capacity(devices))
+    return source, plan
 
 
 def plan_graph(args: argparse.Namespace) -> tuple[Graph, StoragePlan]:
@@ -230,7 +283,7 @@ def plan_graph(args: argparse.Namespace) -> tuple[Graph, StoragePlan]:
     Storage on cpu and sim is checked against the host's memory.
 
     Raises:
-        GraphFormatError, DeviceError, PlacementError.
+        GraphFormatError, BundleError, DeviceError, PlacementError.
 
     Example:
         >>> args = build_parser().parse_args(["inspect", "examples/graphs/duplex.json"])
@@ -238,10 +291,8 @@ def plan_graph(args: argparse.Namespace) -> tuple[Graph, StoragePlan]:
         >>> len(plan.fallbacks)  # doctest: +SKIP
         6
     """
-    devices = parse_devices(args.devices)
-    graph = load_graph_source(args.graph)
-    plan = plan_storage(graph, devices, strict=False, capacity=_host_capacity(devices))
-    return graph, plan
+    source, plan = plan_source(args)
+    return source.graph, plan
 
 
 # --- the summary of a planned graph ----------------------------------------------------------
@@ -327,8 +378,13 @@ def summarize(graph: Graph, plan: StoragePlan) -> GraphSummary:
 # --- text output -----------------------------------------------------------------------------
 
 
-def _columns(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    """Rows as left-aligned columns (the last column is not padded)."""
+def columns(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    """Rows as left-aligned columns (the last column is not padded).
+
+    Example:
+        >>> columns([("name", "dtype"), ("x", "float32")])
+        ['  name  dtype', '  x     float32']
+    """
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             .rstrip() for row in rows]
@@ -339,7 +395,7 @@ def _tensor_lines(title: str, tensors: Sequence[TensorInfo]) -> list[str]:
     if tensors:
         rows = [("name", "shape", "dtype", "device")]
         rows += [(t.name, str(list(t.shape)), t.dtype, t.device) for t in tensors]
-        lines += _columns(rows)
+        lines += columns(rows)
     return lines
 
 
@@ -472,25 +528,32 @@ def _configure_inspect(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(format="text")
 
 
-@command("inspect", "show a graph's inputs, outputs, ops and placement (plans only; runs "
-         "nothing)", _configure_inspect)
+@command("inspect", "show a graph's or a bundle's inputs, outputs, ops and placement (plans "
+         "only; runs nothing)", _configure_inspect)
 def inspect_command(args: argparse.Namespace) -> int:
-    """``graphrt inspect GRAPH [--device KIND[:N] ...] [--json | --dot]``.
+    """``graphrt inspect GRAPH_OR_BUNDLE [--device KIND[:N] ...] [--json | --dot]``.
+
+    A bundle adds its section first (versions, digest, members, params, metadata); with
+    ``--json`` it is the ``bundle`` key.
 
     Example:
         >>> main(["inspect", "examples/graphs/duplex.json", "--json"])  # doctest: +SKIP
         0
     """
-    graph, plan = plan_graph(args)
+    source, plan = plan_source(args)
     if args.format == "dot":
-        print(format_dot(graph, plan))
+        print(format_dot(source.graph, plan))
         return 0
-    summary = summarize(graph, plan)
+    summary = summarize(source.graph, plan)
     if args.format == "json":
+        data = summary.to_dict()
+        if source.bundle is not None:
+            data = {"bundle": source.bundle.describe(), **data}
         # json rather than orjson: it prints integers of any size.
-        print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        print(format_text(summary))
+        lines = [] if source.bundle is None else bundle_lines(source.bundle)
+        print("\n".join([*lines, format_text(summary)]))
     return 0
 
 
@@ -499,12 +562,15 @@ def _configure_validate(parser: argparse.ArgumentParser) -> None:
     add_device_option(parser)
 
 
-@command("validate", "check that a graph parses, is consistent and can be placed on the "
-         "devices (no kernels needed)", _configure_validate)
+@command("validate", "check that a graph or a bundle is consistent and can be placed on the "
+         "devices (a bundle: every member verified, the lib type-checked)", _configure_validate)
 def validate_command(args: argparse.Namespace) -> int:
-    """``graphrt validate GRAPH [--device KIND[:N] ...]``: ``ok: ...`` and 0, or the error.
+    """``graphrt validate GRAPH_OR_BUNDLE [--device KIND[:N] ...]``: ``ok: ...`` and 0, or the
+    error and 1.
 
-    Fallbacks are allowed; their count is reported on stderr.
+    A bundle is loaded with every check of :func:`graphrt.load_bundle` and its declarative
+    functions are type-checked against the nodes that use it. Fallbacks are allowed; their
+    count is reported on stderr, as are the external kernels a bundle needs.
 
     Example:
         >>> main(["validate", "examples/graphs/duplex.json", "--device", "cpu",  # doctest: +SKIP
@@ -512,7 +578,14 @@ def validate_command(args: argparse.Namespace) -> int:
         ok: 9 nodes, 9 entries, 128 bytes on cpu:0, cuda:0
         0
     """
-    graph, plan = plan_graph(args)
+    source, plan = plan_source(args)
+    graph = source.graph
+    if source.bundle is not None:
+        print(verified_line(source.bundle))
+        if source.bundle.external_kernels:
+            print(f"note: the bundle needs external kernels "
+                  f"{', '.join(source.bundle.external_kernels)}, which the program that loads "
+                  "it must supply (bundle.create(..., lib=...))", file=sys.stderr)
     total = sum(plan.bytes_per_device().values())
     devices = ", ".join(str(dev) for dev in plan.devices)
     print(f"ok: {len(graph.nodes)} nodes, {len(graph.entries)} entries, {total:,} bytes "
@@ -522,3 +595,8 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"warning: {len(plan.fallbacks)} entries fell back: {reasons} "
               "(graphrt inspect lists them)", file=sys.stderr)
     return 0
+
+
+# The subcommands that execute bundles live in modules of their own, which register themselves
+# through command() above; importing them last lets them import from this module.
+from . import cli_bench, cli_run  # noqa: E402, F401

@@ -21,7 +21,7 @@ from .devices.base import CPU
 from .errors import GraphFormatError, InputError
 from .schema import dtype_from_code, dtype_of
 
-__all__ = ["iter_params", "load_params", "save_params"]
+__all__ = ["iter_params", "load_params", "save_params", "to_host"]
 
 LIST_MAGIC = 0xF7E58D4F05049CB7
 ARRAY_MAGIC = 0xDD5E40F096B4A13F
@@ -133,7 +133,7 @@ def save_params(params: Mapping[str, Any]) -> bytes:
             raise InputError(f"param names must be str, given {name!r}")
         encoded = name.encode("utf-8")
         out.append(struct.pack("<Q", len(encoded)) + encoded)
-        arrays.append((name, _to_host(name, value)))
+        arrays.append((name, to_host(name, value)))
     out.append(struct.pack("<Q", len(arrays)))
     for name, array in arrays:
         dtype = dtype_of(array.dtype.newbyteorder("="))
@@ -148,7 +148,16 @@ def save_params(params: Mapping[str, Any]) -> bytes:
     return b"".join(out)
 
 
-def _to_host(name: str, value: Any) -> np.ndarray[Any, Any]:
+def to_host(name: str, value: Any) -> np.ndarray[Any, Any]:
+    """A param's value as a host numpy array (copied from a device; numpy passes through).
+
+    Raises:
+        InputError: the value is not an array, naming the param.
+
+    Example:
+        >>> to_host("w", [1.0, 2.0]).dtype
+        dtype('float64')
+    """
     try:
         dev, array = locate(value)
     except InputError as err:

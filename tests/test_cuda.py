@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from bundle_fixtures import BUNDLES
 from conftest import EXAMPLE_GRAPHS, example_graph, random_inputs
 from test_heterogeneous import EXPECTED
 
@@ -223,3 +224,26 @@ def test_dynamic_slice_on_cuda_moves_only_begin_end_strides(gpu: graphrt.Device)
     assert (moved.count, moved.to_host_bytes) == (3, 48)
     out = mod.get_output(0, out=np.empty(mod.get_output(0).shape, "float32"))
     np.testing.assert_allclose(out, np.sqrt(X[100:1100:3, 16:80:2]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["mlp", "cnn.grb"])
+def test_example_bundles_run_on_cuda_as_on_cpu(gpu: graphrt.Device, target: str) -> None:
+    bundle = graphrt.load_bundle(BUNDLES / target)
+    rng = np.random.default_rng(0)
+    inputs = {spec.name: rng.standard_normal(spec.shape).astype(spec.dtype)
+              for spec in bundle.inputs}
+    on_cpu = bundle.create(graphrt.cpu(0))(**inputs)[0]
+    on_gpu = bundle.create(gpu)
+    on_gpu.run(**inputs)
+    host = on_gpu.get_output(0, out=np.empty_like(on_cpu))
+    np.testing.assert_allclose(host, on_cpu, rtol=1e-4, atol=1e-6)
+
+
+def test_graphrt_run_and_bench_a_bundle_on_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    from graphrt import cli
+
+    assert cli.main(["run", str(BUNDLES / "cnn.grb"), "--device", "cuda"]) == 0
+    assert "on cuda:0" in capsys.readouterr().out
+    assert cli.main(["bench", str(BUNDLES / "cnn.grb"), "--device", "cuda", "--repeat", "3",
+                     "--number", "2"]) == 0
+    assert "host overhead" in capsys.readouterr().out

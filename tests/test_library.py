@@ -215,6 +215,36 @@ def test_bad_device(device: Any) -> None:
     assert "add" not in lib
 
 
+RELU = {"inputs": ["x"], "outputs": ["y"],
+        "body": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}]}
+
+
+def test_merged_combines_both_and_changes_neither() -> None:
+    base = graphrt.Library({"add": generic})
+    base.define("relu1", RELU)
+    extra = graphrt.Library()
+    extra.register("sub", on_sim, device="sim")
+    merged = base.merged(extra)
+    assert sorted(merged) == ["add", "relu1", "sub"]
+    assert merged.resolve("sub", SIM) is on_sim and merged.resolve("sub", CPU) is None
+    assert isinstance(merged.resolve("relu1", CPU), graphrt.lib.FusedFunction)
+    assert sorted(base) == ["add", "relu1"] and sorted(extra) == ["sub"]
+
+
+def test_merged_other_wins_and_python_kernels_win_over_functions() -> None:
+    base = graphrt.Library({"add": generic})
+    base.define("relu1", RELU)
+    merged = base.merged({"add": on_cpu, "relu1": on_sim})
+    assert merged.resolve("add", CPU) is on_cpu
+    assert merged.resolve("relu1", CPU) is on_sim
+    assert merged.spec() == base.spec()  # the declarative part is kept
+
+
+def test_merged_refuses_what_is_not_a_lib() -> None:
+    with pytest.raises(TypeError, match=r"graphrt\.Library or a mapping"):
+        graphrt.Library().merged([generic])  # type: ignore[arg-type]
+
+
 def test_repr() -> None:
     assert "2" in repr(graphrt.Library({"a": generic, "b": generic}))
 

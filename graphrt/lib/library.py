@@ -174,6 +174,33 @@ class Library:
         functions = {name: FusedFunction(name, fn) for name, fn in spec.functions.items()}
         self._functions.update(functions)
 
+    def merged(self, other: LibrarySource) -> Library:
+        """A new library holding this one's kernels and functions, then ``other``'s on top.
+
+        Where both have an entry of the same kind for a name (a generic kernel, a kernel for
+        one device type, or a declarative function), ``other``'s wins. Resolution then works
+        as usual, so a Python kernel in either still wins over a declarative function. Neither
+        library is changed.
+
+        Raises:
+            TypeError: ``other`` is neither a Library nor a mapping of kernels.
+
+        Example:
+            >>> base = Library.from_json({"functions": {"relu1": {"inputs": ["x"],
+            ...     "outputs": ["y"], "body": [{"op": "relu", "inputs": ["x"],
+            ...     "outputs": ["y"]}]}}})
+            >>> sorted(base.merged({"custom": print}))
+            ['custom', 'relu1']
+        """
+        extra = as_library(other)
+        result = Library()
+        for source in (self, extra):
+            result._generic.update(source._generic)
+            result._by_device.update(source._by_device)
+            result._functions.update(source._functions)
+            result._shape_functions.update(source._shape_functions)
+        return result
+
     def spec(self) -> LibrarySpec:
         """The declarative part as a document (Python kernels cannot be serialized)."""
         return LibrarySpec(functions={name: fn.spec for name, fn in self._functions.items()})
