@@ -303,7 +303,7 @@ class TensorInfo:
     """One graph input or output: its name, shape, dtype and the device it was placed on."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]  # a symbolic dimension as its text ("n")
     dtype: str
     device: str
 
@@ -323,7 +323,8 @@ class GraphSummary:
         outputs: the graph outputs, in output order.
         nodes: node counts: ``total``, ``inputs``, ``ops``, ``__copy`` and ``__nop``.
         ops: op nodes per func_name, most used first (ties by name).
-        placement: the plan's placement report.
+        placement: the plan's placement report (storage at the shape bounds).
+        shape_vars: each shape variable's ``(min, max)``; empty for a static graph.
     """
 
     devices: tuple[str, ...]
@@ -332,18 +333,21 @@ class GraphSummary:
     nodes: dict[str, int]
     ops: dict[str, int]
     placement: PlacementReport = field(repr=False)
+    shape_vars: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready), as ``graphrt inspect --json`` prints it."""
         return {"inputs": [t.to_dict() for t in self.inputs],
                 "outputs": [t.to_dict() for t in self.outputs],
                 "nodes": dict(self.nodes), "ops": dict(self.ops),
-                "placement": self.placement.to_dict()}
+                "placement": self.placement.to_dict(),
+                "shape_vars": {name: {"min": lo, "max": hi}
+                               for name, (lo, hi) in self.shape_vars.items()}}
 
 
 def _tensor(graph: Graph, plan: StoragePlan, eid: int, name: str) -> TensorInfo:
     entry = graph.entries[eid]
-    return TensorInfo(name, entry.shape, entry.dtype.name, str(plan.entry_device[eid]))
+    return TensorInfo(name, entry.shape_text, entry.dtype.name, str(plan.entry_device[eid]))
 
 
 def _node_counts(graph: Graph) -> dict[str, int]:
@@ -372,7 +376,8 @@ def summarize(graph: Graph, plan: StoragePlan) -> GraphSummary:
     outputs = tuple(_tensor(graph, plan, eid, name)
                     for eid, name in zip(graph.heads, graph.output_names, strict=True))
     return GraphSummary(tuple(str(dev) for dev in plan.devices), inputs, outputs,
-                        _node_counts(graph), _op_counts(graph), placement_report(graph, plan))
+                        _node_counts(graph), _op_counts(graph), placement_report(graph, plan),
+                        {var.name: (var.min, var.max) for var in graph.shape_vars.values()})
 
 
 # --- text output -----------------------------------------------------------------------------
@@ -394,7 +399,8 @@ def _tensor_lines(title: str, tensors: Sequence[TensorInfo]) -> list[str]:
     lines = [f"{title}: {len(tensors)}"]
     if tensors:
         rows = [("name", "shape", "dtype", "device")]
-        rows += [(t.name, str(list(t.shape)), t.dtype, t.device) for t in tensors]
+        rows += [(t.name, "[" + ", ".join(map(str, t.shape)) + "]", t.dtype, t.device)
+                 for t in tensors]
         lines += columns(rows)
     return lines
 
@@ -424,7 +430,12 @@ def format_text(summary: GraphSummary) -> str:
     """
     devices = ", ".join([f"{summary.devices[0]} (fallback)", *summary.devices[1:]])
     lines = [*_tensor_lines("inputs", summary.inputs), *_tensor_lines("outputs", summary.outputs),
-             _node_line(summary.nodes), *_op_lines(summary.ops), f"placement on {devices}:"]
+             _node_line(summary.nodes), *_op_lines(summary.ops)]
+    if summary.shape_vars:
+        bounds = ", ".join(f"{lo} <= {name} <= {hi}"
+                           for name, (lo, hi) in summary.shape_vars.items())
+        lines.append(f"shape variables: {bounds} (storage planned at the upper bounds)")
+    lines.append(f"placement on {devices}:")
     lines += ["  " + line for line in summary.placement.table().splitlines()]
     return "\n".join(lines)
 

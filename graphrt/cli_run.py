@@ -90,21 +90,25 @@ def read_inputs(options: Sequence[str]) -> dict[str, Array]:
     return arrays
 
 
-def random_input(spec: TensorSpec, rng: np.random.Generator) -> Array:
+def random_input(spec: TensorSpec, rng: np.random.Generator,
+                 bound: tuple[int, ...] | None = None) -> Array:
     """A random array for an input: standard normal for floats, integers in [0, 10), or
-    booleans.
+    booleans. A symbolic dimension (``"n"``) takes its value from ``bound``, the input's
+    planned shape (every shape variable at its upper bound).
 
     Example:
-        >>> spec = TensorSpec(name="x", shape=[2, 3], dtype="int8")
-        >>> random_input(spec, np.random.default_rng(0)).dtype
-        dtype('int8')
+        >>> spec = TensorSpec(name="x", shape=["n", 3], dtype="int8")
+        >>> random_input(spec, np.random.default_rng(0), bound=(8, 3)).shape
+        (8, 3)
     """
+    shape = tuple(dim if isinstance(dim, int) else (bound or ())[axis]
+                  for axis, dim in enumerate(spec.shape))
     dtype = parse_dtype(spec.dtype)
     if dtype.name == "bool":
-        return rng.random(spec.shape) < 0.5
+        return rng.random(shape) < 0.5
     if dtype.code in (FLOAT, BFLOAT):
-        return rng.standard_normal(spec.shape).astype(dtype.numpy)
-    return rng.integers(0, 10, spec.shape).astype(dtype.numpy)
+        return rng.standard_normal(shape).astype(dtype.numpy)
+    return rng.integers(0, 10, shape).astype(dtype.numpy)
 
 
 @dataclass(frozen=True)
@@ -141,9 +145,12 @@ def prepare(args: argparse.Namespace) -> Prepared:
     module = bundle.create(*parse_devices(args.devices))
     rng = np.random.default_rng(args.seed)
     values, origins = {}, {}
+    graph = bundle.graph
+    planned = {name: graph.entries[graph.nodes[nid].outputs[0]].shape
+               for nid, name in zip(graph.arg_nodes, graph.input_names, strict=True)}
     for spec in bundle.inputs:
         if spec.name not in given:
-            values[spec.name] = random_input(spec, rng)
+            values[spec.name] = random_input(spec, rng, planned[spec.name])
             origins[spec.name] = f"random (seed {args.seed})"
     for option in args.inputs:
         name, _, path = option.partition("=")
@@ -200,12 +207,11 @@ def output_file_names(names: Sequence[str]) -> list[str]:
 
 
 def _fetch_outputs(module: GraphModule) -> list[tuple[str, Array]]:
-    """Every output copied to a host array."""
-    graph = module.graph
+    """Every output copied to a host array (at the shape the run gave it)."""
     outputs = []
-    for index, (name, eid) in enumerate(zip(graph.output_names, graph.heads, strict=True)):
-        entry = graph.entries[eid]
-        host = np.empty(entry.shape, dtype=entry.dtype.numpy)
+    for index, name in enumerate(module.graph.output_names):
+        on_device = module.get_output(index)
+        host = np.empty(on_device.shape, dtype=on_device.dtype)
         outputs.append((name, module.get_output(index, out=host)))
     return outputs
 

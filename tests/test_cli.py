@@ -186,7 +186,8 @@ def inspect_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, An
 
 def test_inspect_json_heterogeneous(capsys: pytest.CaptureFixture[str]) -> None:
     data = inspect_json(capsys, DUPLEX, *HETERO)
-    assert list(data) == ["inputs", "outputs", "nodes", "ops", "placement"]
+    assert list(data) == ["inputs", "outputs", "nodes", "ops", "placement", "shape_vars"]
+    assert data["shape_vars"] == {}  # a static graph
     assert data["inputs"][2] == {"name": "C", "shape": [4], "dtype": "float32", "device": "cpu:0"}
     assert [i["device"] for i in data["inputs"]] == ["cuda:0", "cuda:0", "cpu:0", "cuda:0"]
     assert data["outputs"] == [{"name": "elemwise_add1", "shape": [4], "dtype": "float32",

@@ -14,6 +14,7 @@ import pytest
 from builders import GraphBuilder
 
 import graphrt
+from graphrt.cli import main
 from graphrt.devices.base import Backend
 from graphrt.lib import TensorType
 
@@ -441,3 +442,29 @@ def test_inputs_making_a_dimension_negative_are_an_input_error() -> None:
     with pytest.raises(graphrt.InputError, match=r"entry 2 \(output 0 of node 2 'y'\) "
                        r"dimension 0 \('n - m'\) is -1"):
         mod.run(a=np.arange(1, dtype="float32"), b=np.zeros(2, "float32"))
+
+
+def test_a_dynamic_graph_travels_in_a_bundle_and_runs_from_the_cli(
+        tmp_path: Path, mlp_weights: dict[str, np.ndarray],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = graphrt.save_bundle(tmp_path / "mlp_dynamic.grb",
+                               MODELS / "mlp_dynamic" / "graph.json",
+                               graphrt.Library.from_json(MODELS / "mlp_dynamic" / "lib.json"),
+                               mlp_weights)
+    bundle = graphrt.load_bundle(path)
+    assert [spec.shape for spec in bundle.inputs] == [["n", 64]]
+    assert [spec.shape for spec in bundle.outputs] == [["n", 10]]
+    mod = bundle.create("sim")
+    x = batch(7)
+    (probs,) = mod(x=x)
+    np.testing.assert_allclose(host(probs), reference.MODELS["mlp"]({**mlp_weights, "x": x}),
+                               rtol=1e-5, atol=1e-6)
+    np.save(tmp_path / "x.npy", x)
+    capsys.readouterr()
+    assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}"]) == 0
+    assert "[7, 10]" in capsys.readouterr().out
+    assert main(["run", str(path)]) == 0  # random x at the bound
+    assert "[64, 10]" in capsys.readouterr().out
+    assert main(["inspect", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "[n, 64]" in printed and "shape variables: 1 <= n <= 64" in printed

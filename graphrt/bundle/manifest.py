@@ -54,11 +54,11 @@ _INT_LIST = re.compile(r"\[\n\s*(-?\d+(?:,\n\s*-?\d+)*)\n\s*\]")
 """A list of integers as ``json.dumps(indent=2)`` spreads it over lines (never in a string,
 which holds no raw newline)."""
 
-Shape = list[Annotated[StrictInt, Field(ge=0)]]
+Shape = list[Annotated[StrictInt, Field(ge=0)] | StrictStr]
 """A tensor shape in the manifest: a list of non-negative ints (``[]`` is a scalar)."""
 
 
-def shape_of(entry: Entry) -> list[int]:
+def shape_of(entry: Entry) -> list[int | str]:
     """The manifest form of a graph entry's shape (the one place shapes are converted).
 
     Example:
@@ -66,7 +66,7 @@ def shape_of(entry: Entry) -> list[int]:
         >>> shape_of(load_graph("examples/graphs/simplex.json").entries[0])  # doctest: +SKIP
         [4]
     """
-    return list(entry.shape)
+    return list(entry.shape_text)
 
 
 class _Strict(BaseModel):
