@@ -10,7 +10,7 @@ from ..lib import FusedFunction, Kernel, Library, ShapeFunction, TensorType
 from ..schema import COPY, NOP, Graph, Node
 from ..storage import StoragePlan
 
-__all__ = ["allocate_views", "resolve_kernels", "resolve_shape_functions"]
+__all__ = ["allocate_pool", "entry_views", "resolve_kernels", "resolve_shape_functions"]
 
 
 def resolve_kernels(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[Kernel | None, ...]:
@@ -79,20 +79,23 @@ def resolve_shape_functions(graph: Graph, lib: Library) -> dict[int, ShapeFuncti
     return found
 
 
-def allocate_views(graph: Graph, plan: StoragePlan) -> list[Array]:
-    """Allocate one buffer per slot and return every entry's typed view of its slot.
+def allocate_pool(plan: StoragePlan) -> dict[int, Array]:
+    """One zeroed byte buffer per slot, by storage id, on the slot's device."""
+    return {sid: backend_for(slot.device).allocate(slot.nbytes)
+            for sid, slot in plan.pool.items()}
+
+
+def entry_views(graph: Graph, plan: StoragePlan, pool: dict[int, Array]) -> list[Array]:
+    """Every entry's typed view of its slot, at its planned shape.
 
     Raises:
         PlacementError: a device cannot represent an entry's dtype.
     """
-    buffers = {sid: backend_for(slot.device).allocate(slot.nbytes)
-               for sid, slot in plan.pool.items()}
     views = []
     for entry in graph.entries:
         dev = plan.entry_device[entry.eid]
         try:
-            views.append(backend_for(dev).view(buffers[entry.sid], entry.shape,
-                                               entry.dtype.numpy))
+            views.append(backend_for(dev).view(pool[entry.sid], entry.shape, entry.dtype.numpy))
         except (TypeError, ValueError) as err:
             raise PlacementError(f"{graph.entry_label(entry.eid)}: {dev} cannot hold "
                                  f"{entry.dtype}{list(entry.shape)}: {err}") from None

@@ -8,7 +8,7 @@ re-views the entries that depend on them. :class:`TransferLog` keeps what crosse
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any
@@ -81,12 +81,11 @@ class DynamicRunner:
     """The per-run shape machinery of one module (absent from static modules)."""
 
     def __init__(self, graph: Graph, plan: StoragePlan, table: StepTable, shapes: ShapePlan,
-                 groups: AliasGroups) -> None:
+                 groups: AliasGroups, pool: Mapping[int, Array]) -> None:
         self.graph, self.plan, self.table, self.shapes = graph, plan, table, shapes
         self.groups = groups
+        self.pool = pool  # the slots' byte buffers, by storage id
         self.dynamic_eids = frozenset(e.eid for e in graph.entries if e.dims is not None)
-        self._raw = {eid: table.slot_views[eid].reshape(-1).view(np.uint8)
-                     for eid in self.dynamic_eids}
         self._actual: dict[int, tuple[int, ...] | None] = {
             eid: graph.entries[eid].shape for eid in self.dynamic_eids}
         self._memory: dict[int, Array] = {}  # alias group root -> caller's array (inputs)
@@ -117,7 +116,8 @@ class DynamicRunner:
     def slot_view(self, eid: int, shape: tuple[int, ...]) -> Array:
         """The entry's own slot viewed at ``shape`` (which must fit what was planned)."""
         dtype = self.graph.entries[eid].dtype.numpy
-        return backend_for(self.plan.entry_device[eid]).view(self._raw[eid], shape, dtype)
+        pool = self.pool[self.graph.entries[eid].sid]
+        return backend_for(self.plan.entry_device[eid]).view(pool, shape, dtype)
 
     def set_input_shape(self, eid: int, shape: tuple[int, ...]) -> None:
         """An input's slot now holds data of ``shape``: view it so (and its aliases later)."""

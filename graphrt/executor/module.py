@@ -19,7 +19,7 @@ from ..params import iter_params
 from ..schema import COPY, Graph, GraphSource, load_graph
 from ..storage import PlacementReport, StoragePlan, placement_report, plan_storage
 from .benchmark import BenchmarkResult, time_calls
-from .build import allocate_views, resolve_kernels, resolve_shape_functions
+from .build import allocate_pool, entry_views, resolve_kernels, resolve_shape_functions
 from .dynamic import DynamicRunner, TransferLog, tally
 from .memory import MemoryReport
 from .profiling import ProfileReport, profile_steps
@@ -97,10 +97,11 @@ class GraphModule:
                  shapes: ShapePlan | None = None) -> None:
         self.graph = graph
         self.plan = plan
-        self._table = StepTable(graph, plan, kernels, allocate_views(graph, plan))
+        pool = allocate_pool(plan)
+        self._table = StepTable(graph, plan, kernels, entry_views(graph, plan, pool))
         self._groups = AliasGroups(graph)
         self._dynamic = (None if shapes is None else
-                         DynamicRunner(graph, plan, self._table, shapes, self._groups))
+                         DynamicRunner(graph, plan, self._table, shapes, self._groups, pool))
         self._static_transfers = TransferLog(tally([
             (plan.entry_device[n.inputs[0]], plan.entry_device[n.outputs[0]],
              graph.entries[n.inputs[0]].nbytes) for n in graph.nodes if n.func_name == COPY]))
@@ -564,23 +565,10 @@ class GraphModule:
                 "dtype": {name: e.dtype.name for name, e in zip(names, entries, strict=True)}}
 
     def _input_position(self, key: int | str) -> int:
-        names = self.graph.input_names
-        if isinstance(key, str):
-            position = self._input_index.get(key)
-            if position is None:
-                raise InputError(f"unknown input {key!r}; the graph's inputs are: "
-                                 f"{_listing(names)}")
-            return position
-        return _position(key, len(names), "input")
+        return _named_position(key, self._input_index, self.graph.input_names, "input")
 
     def _output_position(self, key: int | str) -> int:
-        if isinstance(key, str):
-            position = self._output_index.get(key)
-            if position is None:
-                raise InputError(f"unknown output {key!r}; the graph's outputs are: "
-                                 f"{_listing(self.graph.output_names)}")
-            return position
-        return _position(key, len(self.graph.heads), "output")
+        return _named_position(key, self._output_index, self.graph.output_names, "output")
 
     def _transfer_in(self, position: int, value: Any) -> _Transfer:
         eid = self._input_eids[position]
@@ -748,6 +736,18 @@ def _locate(value: Any, what: str) -> tuple[Device, Array]:
 def _writable(array: Array) -> bool:
     flags = getattr(array, "flags", None)
     return bool(getattr(flags, "writeable", True))
+
+
+def _named_position(key: object, index: Mapping[str, int], names: tuple[str, ...],
+                    kind: str) -> int:
+    """The position of an input or output given by name or position."""
+    if isinstance(key, str):
+        position = index.get(key)
+        if position is None:
+            raise InputError(f"unknown {kind} {key!r}; the graph's {kind}s are: "
+                             f"{_listing(names)}")
+        return position
+    return _position(key, len(names), kind)
 
 
 def _position(key: object, count: int, kind: str) -> int:

@@ -23,6 +23,7 @@ from math import prod
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -212,22 +213,23 @@ class FusedFunction:
                             f"{_show(types[out])} but the graph's entry is {_show(expected)}")
         calls = self._calls(types, fuse=backend.device.type_code == CUDA, xp=backend.xp)
         slots = {arg: i for i, arg in enumerate((*spec.inputs, *spec.outputs))}
-        intermediates = []
+        names: list[Name] = []  # the intermediates, in slot order
         for _, _, _, outs in calls:
             for out in outs:
                 if out not in slots:
                     slots[out] = len(slots)
-                    intermediates.append(_allocate(backend, types[out]))
+                    names.append(out)
+        buffers = [backend.allocate(_nbytes(types[name])) for name in names]
         plan = tuple((compute, attrs, tuple(slots[a] for a in ins), tuple(slots[o] for o in outs))
                      for compute, attrs, ins, outs in calls)
-        if dynamic and intermediates:
-            names = tuple(name for name in slots if name not in spec.inputs
-                          and name not in spec.outputs)
+        if dynamic and names:
             return _make_resizing_kernel(backend.xp, plan,
-                                         self._resizer(names, intermediates, where))
-        return _make_kernel(backend.xp, plan, tuple(intermediates))
+                                         self._resizer(tuple(names), buffers, backend, where))
+        return _make_kernel(backend.xp, plan, tuple(
+            backend.view(buffer, types[name].shape, np.dtype(types[name].dtype))
+            for name, buffer in zip(names, buffers, strict=True)))
 
-    def _resizer(self, names: tuple[Name, ...], buffers: list[Array],
+    def _resizer(self, names: tuple[Name, ...], buffers: list[Array], backend: Backend,
                  where: str) -> Callable[[Sequence[Array]], tuple[Array, ...]]:
         """Views of the intermediates at the sizes one call's arrays imply (cached by shape)."""
         cache: dict[tuple[tuple[int, ...], ...], tuple[Array, ...]] = {}
@@ -243,7 +245,8 @@ class FusedFunction:
                 for step in self.steps:
                     types.update(zip(step.outputs, self._infer(step, types, declared, where),
                                      strict=True))
-                views = tuple(_resize(buffer, types[name], f"{where} intermediate {name!r}")
+                views = tuple(_resize(backend, buffer, types[name],
+                                      f"{where} intermediate {name!r}")
                               for name, buffer in zip(names, buffers, strict=True))
                 if len(cache) >= _CACHED_SHAPES:
                     cache.clear()
@@ -289,12 +292,8 @@ def _show(tensor: TensorType) -> str:
     return f"{tensor.dtype}{list(tensor.shape)}"
 
 
-def _allocate(backend: Backend, tensor: TensorType) -> Array:
-    import numpy as np
-
-    dtype = np.dtype(tensor.dtype)
-    return backend.view(backend.allocate(prod(tensor.shape) * dtype.itemsize), tensor.shape,
-                        dtype)
+def _nbytes(tensor: TensorType) -> int:
+    return prod(tensor.shape) * np.dtype(tensor.dtype).itemsize
 
 
 def _launcher(kernel: Any) -> Callable[[Any, Sequence[Array], Sequence[Array], Any], None]:
@@ -307,16 +306,13 @@ def _launcher(kernel: Any) -> Callable[[Any, Sequence[Array], Sequence[Array], A
 _CACHED_SHAPES = 64
 
 
-def _resize(buffer: Array, tensor: TensorType, what: str) -> Array:
-    """``buffer`` (allocated at the planned size) viewed as ``tensor``."""
-    import numpy as np
-
-    dtype = np.dtype(tensor.dtype)
-    nbytes = prod(tensor.shape) * dtype.itemsize
+def _resize(backend: Backend, buffer: Array, tensor: TensorType, what: str) -> Array:
+    """``buffer`` (bytes allocated at the planned size) viewed as ``tensor``."""
+    nbytes = _nbytes(tensor)
     if nbytes > buffer.nbytes:
         raise OpError(f"{what} needs {nbytes} bytes at shape {list(tensor.shape)}, more than "
                       f"the {buffer.nbytes} planned at the graph's bounds")
-    return buffer.reshape(-1).view(np.uint8)[:nbytes].view(dtype).reshape(tensor.shape)
+    return backend.view(buffer, tensor.shape, np.dtype(tensor.dtype))
 
 
 _Plan = tuple[tuple[Any, Any, tuple[int, ...], tuple[int, ...]], ...]
