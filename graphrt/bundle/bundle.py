@@ -25,11 +25,9 @@ from pydantic import JsonValue
 
 from ..devices import Device, cpu
 from ..errors import BundleError, GraphrtError, KernelNotFoundError
-from ..executor import GraphModule, create
-from ..executor.build import resolve_kernels
+from ..executor import GraphModule, compile_graph, create
 from ..lib import Library, LibrarySource
 from ..schema import Graph, load_graph
-from ..storage import plan_storage
 from .archive import ArchiveReader, open_archive
 from .interface import (
     check_external_kernels,
@@ -149,8 +147,7 @@ class Bundle:
             3
         """
         stand_ins = {name: _supplied_later for name in self.external_kernels}
-        plan = plan_storage(self.graph, (cpu(0),), strict=False)
-        _parse(LIB, lambda: resolve_kernels(self.graph, plan, self.lib.merged(stand_ins)))
+        _parse(LIB, lambda: compile_graph(self.graph, self.lib.merged(stand_ins), (cpu(0),)))
         functions = self.lib.spec().functions
         return sum(node.func_name in functions for node in self.graph.nodes)
 

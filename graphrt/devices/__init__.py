@@ -180,11 +180,14 @@ def _locate_cuda(value: object, ordinal: int) -> tuple[Device, Array]:
     return dev, native
 
 
-def copier(src: Device, dst: Device) -> Copier:
+def copier(src: Device, dst: Device, *, staging: int = 0) -> Copier:
     """The function that copies an array on ``src`` into an array on ``dst``.
 
-    Chosen once (at ``create()``), so a run pays no dispatch: same kind → the backend's own copy;
-    host ↔ device → upload or download; device ↔ device of different kinds → staged through host.
+    Chosen once (at ``create()``, or when a run context is made), so a run pays no dispatch:
+    same kind → the backend's own copy; host ↔ device → upload or download; device ↔ device of
+    different kinds → staged through host memory: a buffer of ``staging`` bytes from the source
+    backend (pinned on cuda), allocated here once, or a fresh one per call when ``staging`` is 0
+    or too small.
     Both arrays must have the same shape and dtype and be C-contiguous.
     """
     src_backend, dst_backend = backend_for(src), backend_for(dst)
@@ -194,9 +197,13 @@ def copier(src: Device, dst: Device) -> Copier:
         return dst_backend.upload
     if dst.type_code == CPU:
         return src_backend.download
+    buffer = src_backend.allocate_host(staging) if staging else None
 
     def staged(source: Array, target: Array) -> None:
-        host = np.empty(source.shape, dtype=source.dtype)
+        if buffer is not None and source.nbytes <= buffer.nbytes:
+            host = buffer[:source.nbytes].view(source.dtype).reshape(source.shape)
+        else:
+            host = np.empty(source.shape, dtype=source.dtype)
         src_backend.download(source, host)
         dst_backend.upload(host, target)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
@@ -126,6 +127,17 @@ class Backend(ABC):
     @abstractmethod
     def download(self, src: Array, dst: np.ndarray[Any, Any]) -> None:
         """Copy an array of this device into a host (numpy) array."""
+
+    def allocate_host(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        """A host buffer for staging copies to and from this device (pinned on cuda, so
+        copies through it can be asynchronous). Allocated once, when a run context is made."""
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def run_scope(self) -> AbstractContextManager[object] | None:
+        """What a run context enters around each run on this device: on cuda, the context's
+        own stream, ordered after the caller's current stream and before it again. None on
+        host devices (their work is done when a kernel returns)."""
+        return None
 
     def synchronize(self) -> None:  # noqa: B027 (host devices finish work synchronously)
         """Wait until all work queued on this device has finished."""

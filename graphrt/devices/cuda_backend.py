@@ -3,9 +3,11 @@
 This is the only module that imports cupy; :mod:`graphrt.devices` imports it lazily, the first
 time a cuda device is created or a cupy array is seen.
 
-Streams: graphrt queues its copies and kernels on cupy's *current* stream of the device (the one
-``cupy.cuda.get_current_stream()`` returns while the module runs). A caller working on its own
-stream should run graphrt under ``with stream:`` or synchronize before handing arrays over.
+Streams: every run context queues its copies and kernels on a stream of its own
+(:class:`ContextStream`), ordered after cupy's *current* stream of the device when the run
+starts (the one ``cupy.cuda.get_current_stream()`` returns, a caller's ``with stream:``) and
+before it again when the run ends. So a caller's stream sees its inputs consumed and its outputs
+ready in its own order, and contexts of different threads overlap on the GPU.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import cupy
+import cupyx
 import numpy as np
 
 from ..errors import DeviceError
 from .base import Array, Backend, Device
 
-__all__ = ["CudaBackend", "EventTimer", "check_available"]
+__all__ = ["ContextStream", "CudaBackend", "EventTimer", "check_available"]
 
 
 def check_available(ordinal: int) -> None:
@@ -53,6 +56,36 @@ class EventTimer:
     def elapsed_us(self, repeat: int) -> float:
         begin, end = self._events[repeat]
         return float(cupy.cuda.get_elapsed_time(begin, end)) * 1e3
+
+
+class ContextStream:
+    """One run context's stream on one GPU.
+
+    Entering orders it after the caller's current stream (an event) and makes it current;
+    leaving makes the caller's stream wait for it (an event). So runs of different contexts
+    overlap on the GPU, while a caller that works under ``with stream:`` sees the outputs ready
+    in its own stream's order, as the stream contract says. Not for use by two threads at once
+    (a context belongs to one thread).
+    """
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        with context:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._caller: Any = None
+
+    def __enter__(self) -> ContextStream:
+        self._context.__enter__()
+        self._caller = cupy.cuda.get_current_stream()
+        self.stream.wait_event(self._caller.record())
+        self.stream.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stream.__exit__(*exc)
+        self._caller.wait_event(self.stream.record())
+        self._caller = None
+        self._context.__exit__(*exc)
 
 
 class CudaBackend(Backend):
@@ -101,6 +134,13 @@ class CudaBackend(Backend):
                 src.get(out=dst)
             else:
                 dst[...] = src.get()
+
+    def allocate_host(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        pinned: np.ndarray[Any, np.dtype[np.uint8]] = cupyx.empty_pinned((nbytes,), np.uint8)
+        return pinned
+
+    def run_scope(self) -> ContextStream:
+        return ContextStream(self._context)
 
     def synchronize(self) -> None:
         self._context.synchronize()

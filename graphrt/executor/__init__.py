@@ -1,7 +1,18 @@
-"""The executor: builds a module's steps once at ``create()`` and runs them."""
+"""The executor: a compiled graph made once at ``create()``, run contexts that hold what a run
+mutates, and ``GraphModule``, the TVM-style facade giving each thread its own context.
 
-from .dynamic import TransferLog, TransferStats
+- ``compiled.py``: :class:`CompiledGraph` (immutable: graph, plan, node programs, shape
+  program, params) and :func:`compile_graph`.
+- ``context.py``: :class:`RunContext` (activations, scratch, staging, bindings, stream).
+- ``runner.py``: the one loop every run goes through, with hooks.
+- ``module.py``: :class:`GraphModule` and :func:`create`.
+"""
+
+from .compiled import CompiledGraph, compile_graph
+from .context import RunContext
 from .memory import MemoryReport
 from .module import GraphModule, create
+from .transfers import TransferLog, TransferStats
 
-__all__ = ["GraphModule", "MemoryReport", "TransferLog", "TransferStats", "create"]
+__all__ = ["CompiledGraph", "GraphModule", "MemoryReport", "RunContext", "TransferLog",
+           "TransferStats", "compile_graph", "create"]

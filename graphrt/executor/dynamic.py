@@ -8,8 +8,9 @@ re-views the entries that depend on them. :class:`TransferLog` keeps what crosse
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from math import prod
 from typing import Any
 
@@ -18,53 +19,14 @@ import numpy as np
 from ..devices import Array, Device, backend_for, copier, cpu
 from ..errors import ExecutionError, InputError
 from ..lib import TensorType
-from ..schema import COPY, Graph
-from ..storage import StoragePlan
-from .shapes import ShapeNode, ShapePlan
-from .steps import AliasGroups, Step, StepTable
+from .compiled import CompiledGraph
+from .shapes import ShapeNode
+from .steps import FixedSpec, StepSpec, StepTable
+from .transfers import TransferLog, tally
 
-__all__ = ["DynamicRunner", "TransferLog", "TransferStats"]
+__all__ = ["DynamicRunner", "ShapeStage"]
 
 _HOST = cpu(0)
-
-
-@dataclass(frozen=True)
-class TransferStats:
-    """Copies of one kind in one run: how many, bytes in all, and bytes by direction."""
-
-    count: int = 0
-    bytes: int = 0
-    to_host_bytes: int = 0
-    to_device_bytes: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {"count": self.count, "bytes": self.bytes, "to_host_bytes": self.to_host_bytes,
-                "to_device_bytes": self.to_device_bytes}
-
-
-@dataclass(frozen=True)
-class TransferLog:
-    """What crossed between devices in the last run, split by cause.
-
-    Attributes:
-        copy_nodes: the graph's ``__copy`` nodes.
-        shape_functions: inputs of shape functions copied to the host (only those declared
-            data-dependent, and only from devices other than the host).
-    """
-
-    copy_nodes: TransferStats = field(default_factory=TransferStats)
-    shape_functions: TransferStats = field(default_factory=TransferStats)
-
-    def to_dict(self) -> dict[str, dict[str, int]]:
-        return {"copy_nodes": self.copy_nodes.to_dict(),
-                "shape_functions": self.shape_functions.to_dict()}
-
-
-def tally(moves: Sequence[tuple[Device, Device, int]]) -> TransferStats:
-    """Count ``(source, destination, bytes)`` moves."""
-    to_host = sum(n for src, dst, n in moves if dst.kind == "cpu" and src.kind != "cpu")
-    to_device = sum(n for src, dst, n in moves if dst.kind != "cpu")
-    return TransferStats(len(moves), sum(n for _, _, n in moves), to_host, to_device)
 
 
 @dataclass
@@ -77,27 +39,59 @@ class _Staging:
     host: np.ndarray[Any, Any] | None  # planned-size bytes; None when already on the host
 
 
-class DynamicRunner:
-    """The per-run shape machinery of one module (absent from static modules)."""
+class ShapeStage:
+    """A step that runs one shape node's shape function before the node's kernel, copying to
+    the host the inputs it reads; ``moved`` is what it copied in the last run."""
 
-    def __init__(self, graph: Graph, plan: StoragePlan, table: StepTable, shapes: ShapePlan,
-                 groups: AliasGroups, pool: Mapping[int, Array]) -> None:
-        self.graph, self.plan, self.table, self.shapes = graph, plan, table, shapes
-        self.groups = groups
-        self.pool = pool  # the slots' byte buffers, by storage id
-        self.dynamic_eids = frozenset(e.eid for e in graph.entries if e.dims is not None)
+    def __init__(self, runner: DynamicRunner, node: ShapeNode) -> None:
+        self._runner = weakref.ref(runner)  # no cycle: a dropped context frees at once
+        self.node = runner.graph.nodes[node.nid]
+        self._shape_node = node
+        self.moved: list[tuple[Device, Device, int]] = []
+
+    def __call__(self) -> None:
+        self.moved = []
+        runner = self._runner()
+        assert runner is not None
+        runner.run_stage(self._shape_node, self.moved)
+
+
+class DynamicRunner:
+    """The per-run shape machinery of one run context (absent from static graphs).
+
+    Args:
+        compiled: the compiled graph (its shape program is not None).
+        buffer: a storage id's byte buffer in the context.
+    """
+
+    def __init__(self, compiled: CompiledGraph, buffer: Callable[[int], Array]) -> None:
+        assert compiled.shapes is not None
+        self.graph, self.plan, self.shapes = compiled.graph, compiled.plan, compiled.shapes
+        self.groups = compiled.groups
+        self.buffer = buffer
+        self.dynamic_eids = compiled.dynamic_eids
+        self.table: StepTable | None = None  # set by attach()
         self._actual: dict[int, tuple[int, ...] | None] = {
-            eid: graph.entries[eid].shape for eid in self.dynamic_eids}
+            eid: self.graph.entries[eid].shape for eid in self.dynamic_eids}
         self._memory: dict[int, Array] = {}  # alias group root -> caller's array (inputs)
-        step_nids = [nid for _, _, nid in table.steps]
-        self._points = [(step_nids.index(node.nid), node) for node in shapes.nodes]
-        self._staging = {node.nid: self._stage(node) for node in shapes.nodes}
-        self._copies = [(node.inputs[0], plan.entry_device[node.inputs[0]],
-                         plan.entry_device[node.outputs[0]])
-                        for node in graph.nodes if node.func_name == COPY]
+        self.staging = {node.nid: self._stage(node) for node in self.shapes.nodes}
+        self.stages = {node.nid: ShapeStage(self, node) for node in self.shapes.nodes}
+        self._copies = [(p.eids[0], self.plan.entry_device[p.eids[0]],
+                         self.plan.entry_device[p.eids[1]])
+                        for p in compiled.programs if p.is_copy]
         self.env: dict[str, int] = {}
+        self.input_shapes = [self.graph.entries[eid].shape for eid in compiled.input_eids]
         self._last_inputs: tuple[tuple[int, ...], ...] | None = None
-        self._shape_moves: list[tuple[Device, Device, int]] = []
+
+    def with_stages(self, specs: Sequence[StepSpec]) -> list[StepSpec]:
+        """``specs`` with each shape node's stage just before the node's first step."""
+        result: list[StepSpec] = []
+        for spec in specs:
+            stage = self.stages.get(spec.nid)
+            if stage is not None and spec.kind != "shape":
+                result.append(FixedSpec(spec.nid, "shape", stage))
+            result.append(spec)
+        return result
 
     def _stage(self, node: ShapeNode) -> list[_Staging]:
         staged = []
@@ -106,8 +100,8 @@ class DynamicRunner:
                                                      strict=True)):
             if needed:
                 dev = self.plan.entry_device[eid]
-                host = None if dev.kind == "cpu" else np.empty(self.graph.entries[eid].nbytes,
-                                                               np.uint8)
+                host = None if dev.kind == "cpu" else backend_for(dev).allocate_host(
+                    self.graph.entries[eid].nbytes)
                 staged.append(_Staging(position, eid, dev, host))
         return staged
 
@@ -116,12 +110,14 @@ class DynamicRunner:
     def slot_view(self, eid: int, shape: tuple[int, ...]) -> Array:
         """The entry's own slot viewed at ``shape`` (which must fit what was planned)."""
         dtype = self.graph.entries[eid].dtype.numpy
-        pool = self.pool[self.graph.entries[eid].sid]
-        return backend_for(self.plan.entry_device[eid]).view(pool, shape, dtype)
+        buffer = self.buffer(self.graph.entries[eid].sid)
+        return backend_for(self.plan.entry_device[eid]).view(buffer, shape, dtype)
 
-    def set_input_shape(self, eid: int, shape: tuple[int, ...]) -> None:
+    def set_input_shape(self, position: int, eid: int, shape: tuple[int, ...]) -> None:
         """An input's slot now holds data of ``shape``: view it so (and its aliases later)."""
+        self.input_shapes[position] = shape
         if eid in self.dynamic_eids and self._actual[eid] != shape:
+            assert self.table is not None
             self._last_inputs = None
             self.table.rebind({eid: self.slot_view(eid, shape)})
             self._actual[eid] = shape
@@ -155,82 +151,88 @@ class DynamicRunner:
             else:
                 arrays[eid] = memory.reshape(shape)
             self._actual[eid] = shape
+        assert self.table is not None
         self.table.rebind(arrays)
 
     # -- running ---------------------------------------------------------------------------
 
-    def steps(self, input_shapes: Sequence[tuple[int, ...]],
-              extra: Sequence[Step]) -> Iterator[Step]:
-        """Bind the inputs' variables, then yield every step in order, running each shape
-        function (and re-viewing what it sizes) just before its node's step, then ``extra``.
+    def prologue(self) -> None:
+        """Bind the variables the inputs' shapes give and view what they size (stage 0).
 
         Raises:
-            InputError: the inputs' shapes disagree (before anything runs).
-            ExecutionError: a shape function failed or gave shapes the plan cannot hold.
+            InputError: the inputs' shapes disagree or do not fit the graph (before anything
+                runs).
         """
-        key = tuple(input_shapes)
+        key = tuple(self.input_shapes)
         if key != self._last_inputs or self.shapes.nodes:
             self._last_inputs = None  # until the inputs' stage is applied
-            self.env = self.shapes.bind_inputs(input_shapes, self.graph.input_names)
-            self._run_stage(0, -1)
+            self.env = self.shapes.bind_inputs(key, self.graph.input_names)
+            try:
+                self._apply(0)
+            except (InputError, ExecutionError):
+                raise
+            except Exception as err:
+                raise InputError(f"the inputs' shapes do not fit the graph: {err}") from err
             self._last_inputs = key
-        self._shape_moves = []
-        start = 0
-        for index, node in self._points:
-            yield from self.table.steps[start:index]
-            self._run_stage(node.stage, node.nid, node)
-            start = index
-        yield from self.table.steps[start:]
-        yield from extra
 
     @property
     def transfers(self) -> TransferLog:
         """What the last run copied (``__copy`` nodes sized by the shapes it ran with)."""
-        return TransferLog(tally([(src, dst, self.table.views[eid].nbytes)
-                                  for eid, src, dst in self._copies]), tally(self._shape_moves))
+        assert self.table is not None
+        views = self.table.views
+        moved = [move for stage in self.stages.values() for move in stage.moved]
+        return TransferLog(tally([(src, dst, views[eid].nbytes)
+                                  for eid, src, dst in self._copies]), tally(moved))
 
-    def _run_stage(self, stage: int, nid: int, node: ShapeNode | None = None) -> None:
+    def run_stage(self, node: ShapeNode, moved: list[tuple[Device, Device, int]]) -> None:
+        """Run ``node``'s shape function, bind what it gives and view what that sizes.
+
+        Raises:
+            ExecutionError: the shape function failed or gave shapes the plan cannot hold.
+        """
         try:
-            if node is not None:
-                self.shapes.bind_outputs(node, self._shape_function(node), self.env)
-            self._apply(stage)
+            self.shapes.bind_outputs(node, self._shape_function(node, moved), self.env)
+            self._apply(node.stage)
         except (InputError, ExecutionError):
             raise
         except Exception as err:
-            if node is None:  # the inputs' shapes make a dimension impossible
-                raise InputError(f"the inputs' shapes do not fit the graph: {err}") from err
-            graph_node = self.graph.nodes[nid]
-            dev = self.plan.node_device[nid]
+            graph_node = self.graph.nodes[node.nid]
+            dev = self.plan.node_device[node.nid]
             raise ExecutionError(
                 f"{graph_node.label} (func_name {graph_node.func_name!r}): shape function on "
-                f"the host failed: {type(err).__name__}: {err}", node_id=nid,
+                f"the host failed: {type(err).__name__}: {err}", node_id=node.nid,
                 node_name=graph_node.name, func_name=graph_node.func_name or "",
                 device=str(dev)) from err
 
-    def _shape_function(self, node: ShapeNode) -> list[tuple[int, ...]]:
+    def _shape_function(self, node: ShapeNode,
+                        moved: list[tuple[Device, Device, int]]) -> list[tuple[int, ...]]:
         inputs = self.graph.nodes[node.nid].inputs
+        assert self.table is not None
         views = self.table.views
         types = [TensorType(tuple(views[eid].shape), self.graph.entries[eid].dtype.numpy.name)
                  for eid in inputs]
         data: list[Any] = [None] * len(inputs)
-        for staged in self._staging[node.nid]:
+        for staged in self.staging[node.nid]:
             view = views[staged.eid]
             if staged.host is None:
                 data[staged.position] = np.asarray(view)
                 continue
             host = staged.host[:view.nbytes].view(view.dtype).reshape(view.shape)
             copier(staged.device, _HOST)(view, host)
-            self._shape_moves.append((staged.device, _HOST, view.nbytes))
+            moved.append((staged.device, _HOST, view.nbytes))
             data[staged.position] = host
         return node.function.shapes(types, data)
 
     # -- reporting -------------------------------------------------------------------------
 
     def used_bytes(self) -> dict[Device, int]:
-        """Bytes of each device's slots that the last run's shapes used."""
+        """Bytes of each device's slots that the last run's shapes used, and its scratch
+        arena (counted whole: intermediates live only while their node runs)."""
         used = dict.fromkeys(self.plan.devices, 0)
         for slot in self.plan.pool.values():
             used[slot.device] += max(
                 (prod(self._actual.get(eid) or self.graph.entries[eid].shape)
                  * self.graph.entries[eid].dtype.itemsize for eid in slot.entries), default=0)
+        for dev, nbytes in self.plan.scratch.arena.items():
+            used[dev] += nbytes
         return used

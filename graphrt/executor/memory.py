@@ -1,9 +1,9 @@
-"""Storage per device: as planned at ``create()`` and as used by the last run."""
+"""Memory per device: what a run uses, what one context holds, and the params held once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..devices import Device
 
@@ -12,9 +12,19 @@ __all__ = ["MemoryReport"]
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """Bytes per device: ``planned`` is what ``create()`` allocated (every shape variable at its
-    upper bound); ``used`` is what the last run's shapes occupied of it (equal for a static
-    graph). Nothing is allocated or freed between runs.
+    """Bytes per device.
+
+    Attributes:
+        planned: what a run reads and writes as planned at ``create()`` (every shape variable
+            at its upper bound): every storage slot, params included, and the scratch of
+            lowered functions.
+        used: what the last run's shapes occupied of it (equal for a static graph).
+        params: the params, held once by the compiled graph however many contexts read them.
+        context: what the calling thread's run context allocated for itself: its activation
+            slots (and the slots of inputs not loaded as params) and its scratch.
+        staging: host bytes the context holds to stage copies and shape functions.
+        contexts: run contexts alive over the compiled graph (threads that ran the module and
+            its clones).
 
     Example:
         >>> report = MemoryReport({graphrt.cpu(0): 4096}, {graphrt.cpu(0): 512})  # doctest: +SKIP
@@ -24,20 +34,35 @@ class MemoryReport:
 
     planned: Mapping[Device, int]
     used: Mapping[Device, int]
+    params: Mapping[Device, int] = field(default_factory=dict)
+    context: Mapping[Device, int] = field(default_factory=dict)
+    staging: int = 0
+    contexts: int = 1
 
     def used_fraction(self, device: Device) -> float:
         """``used / planned`` on one device (1.0 when nothing was planned)."""
         planned = self.planned[device]
         return self.used[device] / planned if planned else 1.0
 
+    def total(self, device: Device) -> int:
+        """What the process holds on ``device`` for this graph: the params once, plus one
+        context's memory per live context."""
+        return self.params.get(device, 0) + self.contexts * self.context.get(device, 0)
+
     def table(self) -> str:
-        """One line per device: planned bytes, used bytes and the fraction."""
-        lines = [f"{'device':<10} {'planned':>14} {'used (last run)':>16} {'used':>7}"]
+        """One line per device: planned and used bytes, params, per-context bytes, total."""
+        lines = [f"{'device':<10} {'planned':>14} {'used (last run)':>16} {'used':>7} "
+                 f"{'params':>14} {'per context':>14} {'total':>14}"]
         for dev, planned in self.planned.items():
             lines.append(f"{dev!s:<10} {planned:>14,} {self.used[dev]:>16,} "
-                         f"{self.used_fraction(dev):>7.1%}")
+                         f"{self.used_fraction(dev):>7.1%} {self.params.get(dev, 0):>14,} "
+                         f"{self.context.get(dev, 0):>14,} {self.total(dev):>14,}")
+        lines.append(f"{self.contexts} context(s); host staging per context: "
+                     f"{self.staging:,} bytes")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, dict[str, int]]:
-        return {str(dev): {"planned": planned, "used": self.used[dev]}
+        return {str(dev): {"planned": planned, "used": self.used[dev],
+                           "params": self.params.get(dev, 0),
+                           "context": self.context.get(dev, 0), "total": self.total(dev)}
                 for dev, planned in self.planned.items()}

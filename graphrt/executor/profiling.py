@@ -17,7 +17,7 @@ from ..schema import COPY, Graph
 from ..storage import StoragePlan
 from .steps import Step
 
-__all__ = ["Aggregate", "NodeProfile", "ProfileReport", "profile_steps"]
+__all__ = ["Aggregate", "NodeProfile", "ProfileHook", "ProfileReport", "profile_report"]
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,12 @@ class NodeProfile:
     node_id: int
     name: str
     func_name: str
-    kind: str  # "op" or "copy"
+    kind: str  # "op", "copy" or "shape" (a shape function run on the host before its node)
     device: str  # where it ran (a copy: its destination)
-    source: str  # a copy's source device; ``device`` for ops
+    source: str  # a copy's source device (a shape function's: what it read); else ``device``
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
-    bytes: int  # bytes a copy moves; 0 for ops
+    bytes: int  # bytes a copy moves, or a shape function copies to the host; 0 for ops
     starts_us: tuple[float, ...]
     times_us: tuple[float, ...]
 
@@ -48,7 +48,7 @@ class NodeProfile:
     @property
     def bandwidth_gbps(self) -> float | None:
         """GB/s a copy achieved (None for ops, or a copy too fast to time)."""
-        if self.kind != "copy" or self.mean_us <= 0:
+        if self.kind == "op" or not self.bytes or self.mean_us <= 0:
             return None
         return self.bytes / (self.mean_us * 1e3)
 
@@ -152,9 +152,10 @@ class ProfileReport:
                                     "node_id": node.node_id,
                                     "input_shapes": [list(s) for s in node.input_shapes],
                                     "output_shapes": [list(s) for s in node.output_shapes]}
-            if node.kind == "copy":
+            if node.kind != "op":
                 args.update(bytes=node.bytes, source=node.source)
-            events += [{"name": node.name, "cat": "Copy" if node.kind == "copy" else "Node",
+            category = {"copy": "Copy", "shape": "ShapeFunction"}.get(node.kind, "Node")
+            events += [{"name": node.name, "cat": category,
                         "ph": "X", "ts": start, "dur": dur, "pid": pid,
                         "tid": tids[node.device], "args": args}
                        for start, dur in zip(node.starts_us, node.times_us, strict=True)]
@@ -171,60 +172,88 @@ def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
     return ",".join("x".join(map(str, s)) or "scalar" for s in shapes)
 
 
-def profile_steps(graph: Graph, plan: StoragePlan, steps: Sequence[Step],
-                  is_copy: Sequence[bool], repeat: int,
-                  on_error: Callable[[int, Exception], Exception],
-                  views: Sequence[Any]) -> ProfileReport:
-    """Run ``steps`` ``repeat`` times, timing each call, and build the report.
+class ProfileHook:
+    """A runner hook that times every step of ``repeat`` runs (host clock, and device events
+    where the device's work is asynchronous).
 
-    ``is_copy[i]`` says whether step i moves data (a ``__copy`` node, or a copy into a bound
-    output) rather than running a kernel. ``views`` are the entries' arrays, whose shapes (the
-    last run's, for a dynamic graph) the report gives.
+    Args:
+        plan: the storage plan (where each step's node runs).
+        steps: the steps the runs will make (their node ids).
+        repeat: how many runs will be timed.
     """
-    devices = [plan.node_device[nid] for _, _, nid in steps]
-    timers = [backend_for(dev).step_timer() for dev in devices]
-    starts = [[0.0] * repeat for _ in steps]
-    times = [[0.0] * repeat for _ in steps]
-    runs = []
-    clock = time.perf_counter_ns
-    origin = clock()
-    for r in range(repeat):
-        run_start = clock()
-        index = -1
-        try:
-            for index, (fn, args, _) in enumerate(steps):
-                timer = timers[index]
-                if timer is not None:
-                    timer.start(r)
-                before = clock()
-                fn(*args)
-                after = clock()
-                if timer is not None:
-                    timer.stop(r)
-                starts[index][r] = (before - origin) / 1e3
-                times[index][r] = (after - before) / 1e3
-        except Exception as err:
-            raise on_error(steps[index][2], err) from err
-        for dev in plan.devices:
-            backend_for(dev).synchronize()
-        runs.append(((run_start - origin) / 1e3, (clock() - run_start) / 1e3))
-    for index, timer in enumerate(timers):
+
+    def __init__(self, plan: StoragePlan, steps: Sequence[Step], repeat: int) -> None:
+        self.devices = [plan.node_device[nid] for _, _, nid in steps]
+        self._timers = [backend_for(dev).step_timer() for dev in self.devices]
+        self.starts = [[0.0] * repeat for _ in steps]
+        self.times = [[0.0] * repeat for _ in steps]
+        self.runs: list[tuple[float, float]] = []
+        self.repeat = 0
+        self._origin = time.perf_counter_ns()
+        self._before = 0
+        self._run_start = 0
+
+    def start_run(self, repeat: int) -> None:
+        self.repeat = repeat
+        self._run_start = time.perf_counter_ns()
+
+    def end_run(self) -> None:
+        """Call once the devices have been synchronized after a run."""
+        now = time.perf_counter_ns()
+        self.runs.append(((self._run_start - self._origin) / 1e3,
+                          (now - self._run_start) / 1e3))
+
+    def before(self, index: int, nid: int) -> bool:
+        timer = self._timers[index]
         if timer is not None:
-            times[index] = [timer.elapsed_us(r) for r in range(repeat)]
+            timer.start(self.repeat)
+        self._before = time.perf_counter_ns()
+        return True
+
+    def after(self, index: int, nid: int) -> None:
+        after = time.perf_counter_ns()
+        timer = self._timers[index]
+        if timer is not None:
+            timer.stop(self.repeat)
+        self.starts[index][self.repeat] = (self._before - self._origin) / 1e3
+        self.times[index][self.repeat] = (after - self._before) / 1e3
+
+    def device_times(self) -> list[list[float]]:
+        """Per step, its times: device events where it had a timer, else the host clock."""
+        return [[timer.elapsed_us(r) for r in range(len(self.runs))] if timer is not None
+                else times for timer, times in zip(self._timers, self.times, strict=True)]
+
+
+def profile_report(graph: Graph, plan: StoragePlan, steps: Sequence[Step],
+                   kinds: Sequence[str], hook: ProfileHook,
+                   views: Sequence[Any]) -> ProfileReport:
+    """The report of the runs ``hook`` timed. ``kinds[i]`` says what step i is (``"op"``,
+    ``"copy"`` or ``"shape"``: a shape function with the copies it made to the host);
+    ``views`` are the entries' arrays, whose shapes (the last run's) the report gives."""
+    times = hook.device_times()
     return ProfileReport(
-        tuple(_node_profile(graph, plan, views, step[2], is_copy[i], devices[i], starts[i],
-                            times[i]) for i, step in enumerate(steps)),
-        tuple(runs), tuple(str(dev) for dev in plan.devices))
+        tuple(_node_profile(graph, plan, views, step, kinds[i], hook.devices[i],
+                            hook.starts[i], times[i]) for i, step in enumerate(steps)),
+        tuple(hook.runs), tuple(str(dev) for dev in plan.devices))
 
 
-def _node_profile(graph: Graph, plan: StoragePlan, views: Sequence[Any], nid: int,
-                  is_copy: bool, device: Device, starts: list[float],
+def _node_profile(graph: Graph, plan: StoragePlan, views: Sequence[Any], step: Step,
+                  kind: str, device: Device, starts: list[float],
                   times: list[float]) -> NodeProfile:
+    nid = step[2]
     node = graph.nodes[nid]
     inputs = tuple(tuple(views[eid].shape) for eid in node.inputs)
     outputs = tuple(tuple(views[eid].shape) for eid in node.outputs)
-    nbytes = int(views[node.outputs[0]].nbytes) if is_copy else 0
-    source = plan.entry_device[node.inputs[0]] if node.func_name == COPY else device
-    return NodeProfile(nid, node.name, COPY if is_copy else node.func_name or "",
-                       "copy" if is_copy else "op", str(device), str(source), inputs, outputs,
+    name, func_name, source = node.name, node.func_name or "", device
+    nbytes = 0
+    if kind == "copy":
+        nbytes, func_name = int(views[node.outputs[0]].nbytes), COPY
+        if node.func_name == COPY:
+            source = plan.entry_device[node.inputs[0]]
+    elif kind == "shape":  # a ShapeStage: what its shape function copied to the host
+        moved = getattr(step[0], "moved", [])
+        nbytes = sum(n for _, _, n in moved)
+        source = moved[0][0] if moved else device
+        name = f"{node.name} [shape function]"
+    return NodeProfile(nid, name, func_name, kind, str(device), str(source), inputs, outputs,
                        nbytes, tuple(starts), tuple(times))

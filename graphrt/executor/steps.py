@@ -3,24 +3,30 @@
 Entries joined by ``__nop`` nodes form an *alias group*: one tensor seen through several shapes.
 Zero-copy binding hands a whole group to caller memory at once (so a ``__nop`` view of a bound
 input reads the caller's data); other entries that merely reuse the group's storage id later
-keep the module's own slot, so binding never lets the graph scribble over a caller's array.
+keep the context's own slot, so binding never lets the graph scribble over a caller's array.
+
+Every step gets array objects of its own (views of the same memory), so a kernel that reshapes
+an argument in place cannot change what the context or another step sees.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from ..devices import Array, copier
-from ..schema import COPY, NOP, Graph
-from ..storage import StoragePlan
+import numpy as np
 
-__all__ = ["AliasGroups", "Step", "StepTable"]
+from ..devices import Array, Backend
+from ..lib import Lowering, OpError, TensorType
+from ..schema import NOP, Graph
 
-_Spec = tuple[Callable[..., Any], tuple[int, ...], bool, int]  # fn, entry ids, flatten, node id
+__all__ = ["AliasGroups", "FixedSpec", "KernelSpec", "LoweredSpec", "Step", "StepSpec",
+           "StepTable"]
 
-Step = tuple[Callable[..., Any], tuple[Array, ...], int]
-"""``(callable, args, node_id)``: a kernel and its arrays, or a copy and its (src, dst)."""
+Step = tuple[Callable[..., Any], tuple[Any, ...], int]
+"""``(callable, args, node_id)``: a kernel and its arrays, a copy and its (src, dst), or a
+shape-function stage and no arguments."""
 
 
 class AliasGroups:
@@ -43,48 +49,130 @@ class AliasGroups:
         self.members: dict[int, tuple[int, ...]] = {r: tuple(m) for r, m in members.items()}
 
 
-class StepTable:
-    """The prepared steps of a module and the array every entry is currently bound to.
+class StepSpec(Protocol):
+    """How to make one step from the entries' current arrays."""
 
-    ``views[eid]`` starts as the entry's view of its pool slot. :meth:`rebind` points entries at
-    other arrays and re-prepares only the steps that use them.
+    @property
+    def nid(self) -> int: ...
+
+    @property
+    def kind(self) -> str:
+        """``"op"``, ``"copy"`` or ``"shape"``."""
+        ...
+
+    @property
+    def eids(self) -> tuple[int, ...]: ...
+
+    def prepare(self, views: Sequence[Array]) -> Step: ...
+
+
+def _own(view: Array, flatten: bool) -> Array:
+    """A new array object over ``view``'s memory (1-D under ``flatten``)."""
+    return view.reshape(-1) if flatten else view.view()
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel (or a copy) over entries: ``fn(*arrays of eids)``."""
+
+    nid: int
+    kind: str
+    fn: Callable[..., Any]
+    eids: tuple[int, ...]
+    flatten: bool
+
+    def prepare(self, views: Sequence[Array]) -> Step:
+        return self.fn, tuple(_own(views[eid], self.flatten) for eid in self.eids), self.nid
+
+
+@dataclass(frozen=True)
+class FixedSpec:
+    """A step that takes no entries (a shape-function stage)."""
+
+    nid: int
+    kind: str
+    fn: Callable[[], Any]
+    eids: tuple[int, ...] = ()
+
+    def prepare(self, views: Sequence[Array]) -> Step:
+        return self.fn, (), self.nid
+
+
+class LoweredSpec:
+    """A lowered declarative function over entries and the scratch arena of its device."""
+
+    kind = "op"
+
+    def __init__(self, nid: int, kernel: Callable[..., Any], eids: tuple[int, ...],
+                 flatten: bool, lowering: Lowering, arena: Array | None,
+                 offsets: tuple[int, ...], backend: Backend, where: str) -> None:
+        self.nid, self.kernel, self.eids, self.flatten = nid, kernel, eids, flatten
+        self.lowering, self._backend, self._where = lowering, backend, where
+        sizes = zip(offsets, lowering.nbytes(), strict=True)
+        self._regions = () if arena is None else tuple(arena[offset:offset + nbytes]
+                                                       for offset, nbytes in sizes)
+        self._planned = tuple(self._view(region, tensor) for region, tensor in
+                              zip(self._regions, lowering.intermediates, strict=True))
+
+    def _view(self, region: Array, tensor: TensorType) -> Array:
+        dtype = np.dtype(tensor.dtype)
+        return self._backend.view(region, tensor.shape, dtype)
+
+    def _intermediates(self, arrays: tuple[Array, ...]) -> tuple[Array, ...]:
+        resize = self.lowering.resize
+        if resize is None:
+            return tuple(view.view() for view in self._planned)
+        types = resize(tuple(TensorType(tuple(a.shape), str(a.dtype)) for a in arrays))
+        views = []
+        for name_index, (region, tensor) in enumerate(zip(self._regions, types, strict=True)):
+            nbytes = int(np.prod(tensor.shape)) * np.dtype(tensor.dtype).itemsize
+            if nbytes > region.nbytes:
+                raise OpError(f"{self._where}: intermediate {name_index} needs {nbytes} bytes "
+                              f"at shape {list(tensor.shape)}, more than the {region.nbytes} "
+                              "planned at the graph's bounds")
+            views.append(self._view(region, tensor))
+        return tuple(views)
+
+    def prepare(self, views: Sequence[Array]) -> Step:
+        arrays = tuple(_own(views[eid], self.flatten) for eid in self.eids)
+        if self.lowering.direct:
+            return self.kernel, arrays, self.nid
+        env = (*arrays, *self._intermediates(arrays))
+        calls = tuple((call.kernel, tuple(env[i] for i in call.args))
+                      for call in self.lowering.calls)
+        return self.kernel, (calls,), self.nid
+
+
+class StepTable:
+    """The prepared steps of one run context and the array every entry is bound to now.
+
+    ``steps`` is the body (every node's steps, in order) followed by the *tail* (copies into
+    bound outputs, see :meth:`set_tail`); ``kinds`` says what each step is. :meth:`rebind`
+    points entries at other arrays and re-prepares only the steps that use them.
     """
 
-    def __init__(self, graph: Graph, plan: StoragePlan, kernels: tuple[Any, ...],
-                 slot_views: list[Array]) -> None:
-        self.slot_views = tuple(slot_views)
-        self.views = list(slot_views)
-        self._specs: list[_Spec] = []
+    def __init__(self, specs: Sequence[StepSpec], views: list[Array]) -> None:
+        self.views = views
+        self._specs = tuple(specs)
         self._users: dict[int, list[int]] = {}
-        for node in graph.nodes:
-            if node.op == "null" or node.func_name == NOP:
-                continue
-            spec: _Spec
-            if node.func_name == COPY:
-                src, dst = node.inputs[0], node.outputs[0]
-                fn = copier(plan.entry_device[src], plan.entry_device[dst])
-                spec = (fn, (src, dst), False, node.nid)
-            else:
-                spec = (kernels[node.nid], (*node.inputs, *node.outputs), node.flatten_data,
-                        node.nid)
-            for eid in spec[1]:
-                self._users.setdefault(eid, []).append(len(self._specs))
-            self._specs.append(spec)
-        self.steps: list[Step] = [self._prepare(i) for i in range(len(self._specs))]
-
-    def _prepare(self, index: int) -> Step:
-        fn, eids, flatten, nid = self._specs[index]
-        args = tuple(self.views[eid] for eid in eids)
-        if flatten:
-            args = tuple(arg.reshape(-1) for arg in args)
-        return fn, args, nid
+        for index, spec in enumerate(self._specs):
+            for eid in spec.eids:
+                self._users.setdefault(eid, []).append(index)
+        self.steps: list[Step] = [spec.prepare(views) for spec in self._specs]
+        self.kinds: list[str] = [spec.kind for spec in self._specs]
 
     def rebind(self, arrays: Mapping[int, Array]) -> None:
-        """Bind entries to arrays (their slot views to unbind) and re-prepare their steps."""
+        """Bind entries to arrays and re-prepare their steps."""
         touched: set[int] = set()
         for eid, array in arrays.items():
             if self.views[eid] is not array:
                 self.views[eid] = array
                 touched.update(self._users.get(eid, ()))
         for index in touched:
-            self.steps[index] = self._prepare(index)
+            self.steps[index] = self._specs[index].prepare(self.views)
+
+    def set_tail(self, tail: Sequence[Step]) -> None:
+        """Make ``tail`` the steps that run after the body (copies into bound outputs)."""
+        body = len(self._specs)
+        self.steps[body:] = tail
+        self.kinds[body:] = ["copy"] * len(tail)

@@ -2,6 +2,7 @@
 
 from .declarative import FunctionSpec, FusedFunction, LibrarySpec, StepSpec
 from .library import Kernel, Library, LibrarySource, as_library
+from .lowering import LoweredCall, Lowering, Resize
 from .ops import OPS, OpDef, OpError, TensorType, get_op
 from .shape_functions import ShapeFunction, ShapeFunctionFn
 
@@ -13,8 +14,11 @@ __all__ = [
     "Library",
     "LibrarySource",
     "LibrarySpec",
+    "LoweredCall",
+    "Lowering",
     "OpDef",
     "OpError",
+    "Resize",
     "ShapeFunction",
     "ShapeFunctionFn",
     "StepSpec",

@@ -10,8 +10,9 @@ A document maps each func_name to a short sequence of standard ops::
 
 Loading checks the document's form and every function's dataflow (known ops, valid
 attributes, arity, each name defined once before use, every output written). ``create()`` then
-binds each function to its node: types are inferred through the body and checked against the
-graph's entries, and intermediates are allocated once on the node's device.
+lowers each function for its node: types are inferred through the body and checked against the
+graph's entries, and the intermediates are listed for the executor to plan (the lib allocates
+nothing).
 """
 
 from __future__ import annotations
@@ -19,17 +20,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from math import prod
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..devices.base import CUDA, Array, Backend
 from ..errors import GraphFormatError
 from .fusion import compile_run, elementwise_runs, kernel_source
+from .lowering import LoweredCall, Lowering
 from .ops import OpDef, OpError, TensorType, get_op
 from .shape_functions import ShapeFunction
 
@@ -181,17 +181,19 @@ class FusedFunction:
             env.update(zip(step.outputs, step.op.infer(ins, step.attrs, step_data), strict=True))
         return [env[out].shape for out in self.spec.outputs]
 
-    def bind(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
-             backend: Backend, where: str, *, dynamic: bool = False) -> Callable[..., None]:
-        """Specialize for a node: infer and check types, allocate intermediates on its device.
+    def lower(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType], *, xp: Any,
+              where: str, fuse: bool = False, dynamic: bool = False) -> Lowering:
+        """Specialize for a node: infer and check types, and list the calls and intermediates.
+
+        Nothing is allocated: the executor provides the intermediates' memory.
 
         Args:
             inputs, outputs: the node's entry types, in order (planned shapes when dynamic).
-            backend: the node's device backend.
+            xp: the array namespace of the node's device (numpy or cupy).
             where: how errors name the node (``"node 5 'fused_add'"``).
-            dynamic: the node's shapes vary from run to run, up to the planned ones given:
-                intermediates are allocated at the planned size and viewed at each call's
-                actual size (inferred from the arrays the call receives).
+            fuse: fuse runs of elementwise steps into one compiled kernel (cuda).
+            dynamic: the node's shapes vary from run to run, up to the planned ones given; the
+                lowering then says how to size the intermediates for each run's shapes.
 
         Raises:
             GraphFormatError: arity or type mismatch with the node, or a step's shape function
@@ -202,63 +204,51 @@ class FusedFunction:
             raise _fail(self.name, f" at {where}", f"takes {len(spec.inputs)} inputs and makes "
                         f"{len(spec.outputs)} outputs, but the node has {len(inputs)} and "
                         f"{len(outputs)}")
-        types = dict(zip(spec.inputs, inputs, strict=True))
-        declared = dict(zip(spec.outputs, outputs, strict=True))
-        for step in self.steps:
-            types.update(zip(step.outputs, self._infer(step, types, declared, where),
-                             strict=True))
-        for out, expected in declared.items():
+        types = self._types((*inputs, *outputs), where)
+        for out, expected in zip(spec.outputs, outputs, strict=True):
             if types[out] != expected:
                 raise _fail(self.name, f" at {where}", f"output {out!r} is "
                             f"{_show(types[out])} but the graph's entry is {_show(expected)}")
-        calls = self._calls(types, fuse=backend.device.type_code == CUDA, xp=backend.xp)
+        calls = self._calls(types, fuse=fuse, xp=xp)
         slots = {arg: i for i, arg in enumerate((*spec.inputs, *spec.outputs))}
         names: list[Name] = []  # the intermediates, in slot order
-        for _, _, _, outs in calls:
+        for _, _, outs in calls:
             for out in outs:
                 if out not in slots:
                     slots[out] = len(slots)
                     names.append(out)
-        buffers = [backend.allocate(_nbytes(types[name])) for name in names]
-        plan = tuple((compute, attrs, tuple(slots[a] for a in ins), tuple(slots[o] for o in outs))
-                     for compute, attrs, ins, outs in calls)
+        lowered = tuple(LoweredCall(kernel, tuple(slots[a] for a in (*ins, *outs)))
+                        for kernel, ins, outs in calls)
+        lifetimes = []
+        for name in names:
+            used = [i for i, (_, ins, outs) in enumerate(calls) if name in ins or name in outs]
+            lifetimes.append((used[0], used[-1]))
+        resize = None
         if dynamic and names:
-            return _make_resizing_kernel(backend.xp, plan,
-                                         self._resizer(tuple(names), buffers, backend, where))
-        return _make_kernel(backend.xp, plan, tuple(
-            backend.view(buffer, types[name].shape, np.dtype(types[name].dtype))
-            for name, buffer in zip(names, buffers, strict=True)))
+            def intermediates(actual: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+                found = self._types(actual, where)
+                return tuple(found[name] for name in names)
 
-    def _resizer(self, names: tuple[Name, ...], buffers: list[Array], backend: Backend,
-                 where: str) -> Callable[[Sequence[Array]], tuple[Array, ...]]:
-        """Views of the intermediates at the sizes one call's arrays imply (cached by shape)."""
-        cache: dict[tuple[tuple[int, ...], ...], tuple[Array, ...]] = {}
-        arg_names = (*self.spec.inputs, *self.spec.outputs)
+            resize = lru_cache(maxsize=_CACHED_SHAPES)(intermediates)
+        return Lowering(lowered, len(slots) - len(names), tuple(types[n] for n in names),
+                        tuple(lifetimes), resize)
 
-        def resize(args: Sequence[Array]) -> tuple[Array, ...]:
-            key = tuple(tuple(arg.shape) for arg in args)
-            views = cache.get(key)
-            if views is None:
-                types = {name: TensorType(tuple(arg.shape), str(arg.dtype))
-                         for name, arg in zip(arg_names, args, strict=True)}
-                declared = {out: types[out] for out in self.spec.outputs}
-                for step in self.steps:
-                    types.update(zip(step.outputs, self._infer(step, types, declared, where),
-                                     strict=True))
-                views = tuple(_resize(backend, buffer, types[name],
-                                      f"{where} intermediate {name!r}")
-                              for name, buffer in zip(names, buffers, strict=True))
-                if len(cache) >= _CACHED_SHAPES:
-                    cache.clear()
-                cache[key] = views
-            return views
-
-        return resize
+    def _types(self, arrays: Sequence[TensorType], where: str) -> dict[Name, TensorType]:
+        """Every name's type, given the types of the function's inputs and outputs."""
+        spec = self.spec
+        types = dict(zip(spec.inputs, arrays[:len(spec.inputs)], strict=True))
+        declared = dict(zip(spec.outputs, arrays[len(spec.inputs):], strict=True))
+        for step in self.steps:
+            types.update(zip(step.outputs, self._infer(step, types, declared, where),
+                             strict=True))
+        return types
 
     def _calls(self, types: dict[Name, TensorType], *, fuse: bool,
-               xp: Any) -> list[tuple[Any, Any, tuple[Name, ...], tuple[Name, ...]]]:
-        """The op calls a bound function makes: one per step, or per fused elementwise run."""
-        calls = [(step.op.compute, step.attrs, step.inputs, step.outputs) for step in self.steps]
+               xp: Any) -> list[tuple[Callable[..., None], tuple[Name, ...], tuple[Name, ...]]]:
+        """The kernel calls a lowered function makes: one per step, or per fused elementwise
+        run, each a positional kernel over its input and output names."""
+        calls = [(step.op.positional(xp, step.attrs, len(step.inputs)), step.inputs,
+                  step.outputs) for step in self.steps]
         if not fuse:
             return calls
         info = [(step.op.elementwise, step.inputs, step.outputs) for step in self.steps]
@@ -268,7 +258,7 @@ class FusedFunction:
             except ValueError:  # a dtype CUDA code cannot name: leave these steps unfused
                 continue
             calls[run.first : run.last + 1] = [
-                (_launcher(compile_run(xp, source)), None, run.inputs, (run.output,))]
+                (compile_run(xp, source), run.inputs, (run.output,))]
         return calls
 
     def _infer(self, step: _Step, types: dict[Name, TensorType],
@@ -292,50 +282,8 @@ def _show(tensor: TensorType) -> str:
     return f"{tensor.dtype}{list(tensor.shape)}"
 
 
-def _nbytes(tensor: TensorType) -> int:
-    return prod(tensor.shape) * np.dtype(tensor.dtype).itemsize
-
-
-def _launcher(kernel: Any) -> Callable[[Any, Sequence[Array], Sequence[Array], Any], None]:
-    def launch(xp: Any, ins: Sequence[Array], outs: Sequence[Array], attrs: Any) -> None:
-        kernel(*ins, outs[0])
-
-    return launch
-
-
 _CACHED_SHAPES = 64
-
-
-def _resize(backend: Backend, buffer: Array, tensor: TensorType, what: str) -> Array:
-    """``buffer`` (bytes allocated at the planned size) viewed as ``tensor``."""
-    nbytes = _nbytes(tensor)
-    if nbytes > buffer.nbytes:
-        raise OpError(f"{what} needs {nbytes} bytes at shape {list(tensor.shape)}, more than "
-                      f"the {buffer.nbytes} planned at the graph's bounds")
-    return backend.view(buffer, tensor.shape, np.dtype(tensor.dtype))
-
-
-_Plan = tuple[tuple[Any, Any, tuple[int, ...], tuple[int, ...]], ...]
-
-
-def _make_kernel(xp: Any, plan: _Plan, intermediates: tuple[Array, ...]) -> Callable[..., None]:
-    def fused(*args: Array) -> None:
-        env = (*args, *intermediates)
-        for compute, attrs, ins, outs in plan:
-            compute(xp, [env[i] for i in ins], [env[o] for o in outs], attrs)
-
-    return fused
-
-
-def _make_resizing_kernel(xp: Any, plan: _Plan,
-                          intermediates: Callable[[Sequence[Array]], tuple[Array, ...]]
-                          ) -> Callable[..., None]:
-    def fused(*args: Array) -> None:
-        env = (*args, *intermediates(args))
-        for compute, attrs, ins, outs in plan:
-            compute(xp, [env[i] for i in ins], [env[o] for o in outs], attrs)
-
-    return fused
+"""Run shapes whose intermediate types a dynamic node remembers."""
 
 
 def parse_library_spec(source: str | bytes | os.PathLike[str] | dict[str, Any]) -> LibrarySpec:

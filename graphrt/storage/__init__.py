@@ -1,7 +1,8 @@
 """Storage planning: the device-tagged pool a graph needs (pure; allocates nothing)."""
 
-from .plan import Fallback, PoolEntry, StoragePlan, plan_storage
+from .plan import Fallback, PoolEntry, StoragePlan, check_capacity, plan_storage, with_scratch
 from .report import CopyInfo, DeviceUsage, FallbackInfo, PlacementReport, placement_report
+from .scratch import ScratchNeed, ScratchPlan, plan_scratch
 
 __all__ = [
     "CopyInfo",
@@ -10,7 +11,12 @@ __all__ = [
     "FallbackInfo",
     "PlacementReport",
     "PoolEntry",
+    "ScratchNeed",
+    "ScratchPlan",
     "StoragePlan",
+    "check_capacity",
     "placement_report",
+    "plan_scratch",
     "plan_storage",
+    "with_scratch",
 ]

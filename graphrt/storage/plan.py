@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from ..devices import Device
 from ..devices.base import KIND_NAMES
 from ..errors import PlacementError
 from ..schema import COPY, Graph
+from .scratch import ScratchNeed, ScratchPlan, plan_scratch
 
-__all__ = ["Fallback", "PoolEntry", "StoragePlan", "plan_storage"]
+__all__ = ["Fallback", "PoolEntry", "StoragePlan", "check_capacity", "plan_storage",
+           "with_scratch"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class StoragePlan:
         entry_device: the device of each entry, by entry id.
         node_device: the device each node runs on, by node id.
         fallbacks: every entry that fell back to devices[0].
+        scratch: the intermediates of lowered functions (see :func:`with_scratch`).
     """
 
     devices: tuple[Device, ...]
@@ -61,12 +64,16 @@ class StoragePlan:
     entry_device: tuple[Device, ...]
     node_device: tuple[Device, ...]
     fallbacks: tuple[Fallback, ...]
+    scratch: ScratchPlan = field(default_factory=ScratchPlan)
 
     def bytes_per_device(self) -> dict[Device, int]:
-        """Bytes of storage each device holds (every device given appears, maybe with 0)."""
+        """Bytes of storage each device holds, scratch included (every device given appears,
+        maybe with 0)."""
         totals = dict.fromkeys(self.devices, 0)
         for slot in self.pool.values():
             totals[slot.device] += slot.nbytes
+        for dev, nbytes in self.scratch.arena.items():
+            totals[dev] += nbytes
         return totals
 
 
@@ -132,11 +139,19 @@ def plan_storage(graph: Graph, devices: Sequence[Device], *, strict: bool = Fals
                              f"{devices[0]}: {listed}{more}")
 
     pool = _plan_pool(graph, entry_device)
-    _check_capacity(graph, pool, capacity or {})
     node_device = tuple(_node_device(graph, nid, entry_device, devices[0])
                         for nid in range(len(graph.nodes)))
-    return StoragePlan(devices, MappingProxyType(pool), tuple(entry_device), node_device,
+    plan = StoragePlan(devices, MappingProxyType(pool), tuple(entry_device), node_device,
                        tuple(fallbacks))
+    if capacity is not None:
+        check_capacity(graph, plan, capacity)
+    return plan
+
+
+def with_scratch(plan: StoragePlan, needs: Mapping[int, Sequence[ScratchNeed]]) -> StoragePlan:
+    """``plan`` with the intermediates of lowered functions laid out (see
+    :func:`graphrt.storage.plan_scratch`); ``needs`` are per node id."""
+    return replace(plan, scratch=plan_scratch(needs, plan.node_device))
 
 
 def _plan_pool(graph: Graph, entry_device: list[Device]) -> dict[int, PoolEntry]:
@@ -162,28 +177,44 @@ def _plan_pool(graph: Graph, entry_device: list[Device]) -> dict[int, PoolEntry]
             for sid, (dev, nbytes, eids) in sorted(slots.items())}
 
 
-def _check_capacity(graph: Graph, pool: dict[int, PoolEntry],
-                    capacity: Mapping[Device, int | None]) -> None:
+def check_capacity(graph: Graph, plan: StoragePlan,
+                   capacity: Mapping[Device, int | None]) -> None:
+    """Refuse a plan that a device cannot hold: one slot or arena too big, or the total.
+
+    Args:
+        capacity: bytes each device can hold (None or absent: unknown, only the address
+            space limits it).
+
+    Raises:
+        PlacementError: naming the entry (or the node whose intermediates need the scratch
+            arena), the bytes and the device.
+    """
+    parts: list[tuple[Device, int, str, str]] = []  # device, bytes, what, which storage
+    for slot in plan.pool.values():
+        eid = max(slot.entries, key=lambda e: graph.entries[e].nbytes)
+        parts.append((slot.device, slot.nbytes, graph.entry_label(eid),
+                      f"storage_id {slot.sid}"))
+    for dev, nbytes in plan.scratch.arena.items():
+        node = graph.nodes[plan.scratch.peak_node[dev]]
+        parts.append((dev, nbytes, f"the intermediates of {node.label} (func_name "
+                                   f"{node.func_name!r})", "scratch"))
     totals: dict[Device, int] = {}
-    largest: dict[Device, PoolEntry] = {}
-    for slot in pool.values():
-        limit = capacity.get(slot.device)
-        if slot.nbytes > sys.maxsize or (limit is not None and slot.nbytes > limit):
-            eid = max(slot.entries, key=lambda e: graph.entries[e].nbytes)
+    largest: dict[Device, tuple[int, str, str]] = {}
+    for dev, nbytes, what, storage in parts:
+        limit = capacity.get(dev)
+        if nbytes > sys.maxsize or (limit is not None and nbytes > limit):
             shown = "the address space" if limit is None else f"{limit} bytes"
-            raise PlacementError(f"{graph.entry_label(eid)} needs {slot.nbytes} bytes "
-                                 f"(storage_id {slot.sid}) on {slot.device}, beyond {shown}")
-        totals[slot.device] = totals.get(slot.device, 0) + slot.nbytes
-        if slot.device not in largest or slot.nbytes > largest[slot.device].nbytes:
-            largest[slot.device] = slot
+            raise PlacementError(f"{what} needs {nbytes} bytes ({storage}) on {dev}, beyond "
+                                 f"{shown}")
+        totals[dev] = totals.get(dev, 0) + nbytes
+        if nbytes > largest.get(dev, (-1, "", ""))[0]:
+            largest[dev] = (nbytes, what, storage)
     for dev, total in totals.items():
         limit = capacity.get(dev)
         if limit is not None and total > limit:
-            slot = largest[dev]
-            raise PlacementError(
-                f"the graph needs {total} bytes on {dev}, which holds {limit}; the largest slot "
-                f"is storage_id {slot.sid} ({slot.nbytes} bytes, "
-                f"{graph.entry_label(slot.entries[0])})")
+            nbytes, what, storage = largest[dev]
+            raise PlacementError(f"the graph needs {total} bytes on {dev}, which holds {limit}; "
+                                 f"the largest slot is {storage} ({nbytes} bytes, {what})")
 
 
 def _node_device(graph: Graph, nid: int, entry_device: list[Device], fallback: Device) -> Device:

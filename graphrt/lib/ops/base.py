@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "OPS",
     "Attrs",
+    "KernelFactory",
     "OpDef",
     "OpError",
     "TensorType",
@@ -69,6 +70,10 @@ host numpy array when the op declares that input data-dependent, else None."""
 Compute = Callable[[Any, Sequence[Any], Sequence[Any], Any], None]
 """``compute(xp, inputs, outputs, attrs)``: write the outputs (destination-passing)."""
 
+KernelFactory = Callable[[Any, Any], Callable[..., None]]
+"""``factory(xp, attrs)``: a kernel called as ``kernel(*inputs, *outputs)``, specialized once
+for its namespace and attributes, so a call costs what a hand-written kernel costs."""
+
 
 @dataclass(frozen=True)
 class OpDef:
@@ -87,6 +92,8 @@ class OpDef:
         elementwise: for elementwise ops, the body of a cupy ElementwiseKernel over inputs
             ``in0, in1, ...`` producing ``out0`` (e.g. ``"in0 + in1"``), so chains of them fuse
             into one launch on cuda. None for other ops.
+        kernel: an optional :data:`KernelFactory` that calls the array function directly;
+            without one, :meth:`positional` wraps ``compute``.
     """
 
     name: str
@@ -97,6 +104,18 @@ class OpDef:
     data_dependent: tuple[bool, ...] = ()
     num_outputs: int | Callable[[Any], int] = 1
     elementwise: str | None = None
+    kernel: KernelFactory | None = None
+
+    def positional(self, xp: Any, attrs: Any, n_inputs: int) -> Callable[..., None]:
+        """This op as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``."""
+        if self.kernel is not None:
+            return self.kernel(xp, attrs)
+        compute = self.compute
+
+        def call(*arrays: Any) -> None:
+            compute(xp, arrays[:n_inputs], arrays[n_inputs:], attrs)
+
+        return call
 
     def outputs_for(self, attrs: Any) -> int:
         """How many outputs the op makes with these attrs."""

@@ -27,6 +27,7 @@ from typing import Any
 
 from .base import (
     Attrs,
+    KernelFactory,
     OpDef,
     OpError,
     TensorType,
@@ -181,14 +182,14 @@ def _axis(name: str, axis: int, ndim: int) -> int:
 def _register(name: str, attrs: type[Attrs], arity: int,
               infer: Callable[[Types, Any], list[TensorType]],
               compute: Callable[[Any, Sequence[Any], Sequence[Any], Any], None],
-              elementwise: str | None = None) -> None:
+              elementwise: str | None = None, kernel: KernelFactory | None = None) -> None:
     """Register an op whose shape function never needs input values."""
     def shape_function(types: Types, attrs: Any, data: Sequence[Any]) -> list[TensorType]:
         _arity(name, types, arity)
         return infer(types, attrs)
 
     register_op(OpDef(name=name, attrs=attrs, arity=arity, infer=shape_function,
-                      compute=compute, elementwise=elementwise))
+                      compute=compute, elementwise=elementwise, kernel=kernel))
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,7 +210,15 @@ def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str 
     def compute(xp: Any, ins: Sequence[Any], outs: Sequence[Any], attrs: Any) -> None:
         getattr(xp, function)(ins[0], ins[1], out=outs[0])
 
-    _register(name, NoAttrs, 2, infer, compute, elementwise)
+    def kernel(xp: Any, attrs: Any) -> Callable[..., None]:
+        ufunc = getattr(xp, function)
+
+        def call(a: Any, b: Any, out: Any) -> None:
+            ufunc(a, b, out=out)
+
+        return call
+
+    _register(name, NoAttrs, 2, infer, compute, elementwise, kernel)
 
 
 # ``maximum``/``minimum`` propagate NaN from either side like numpy (``in0 != in0`` is NaN).
@@ -341,7 +350,13 @@ def _unary(name: str, allowed: frozenset[str], compute: UnaryCompute,
     def run(xp: Any, ins: Sequence[Any], outs: Sequence[Any], parsed: Any) -> None:
         compute(xp, ins[0], outs[0], parsed)
 
-    _register(name, attrs, 1, infer, run, elementwise)
+    def kernel(xp: Any, parsed: Any) -> Callable[..., None]:
+        def call(x: Any, out: Any) -> None:
+            compute(xp, x, out, parsed)
+
+        return call
+
+    _register(name, attrs, 1, infer, run, elementwise, kernel)
 
 
 def _ufunc(function: str) -> UnaryCompute:

@@ -1,0 +1,237 @@
+"""The compiled graph: everything ``create()`` works out once and no run ever changes.
+
+A :class:`CompiledGraph` holds the graph, its storage plan (scratch for lowered functions
+included), one :class:`NodeProgram` per executable node (its kernel, or its lowered function,
+and the entries it reads and writes), the shape program of a dynamic graph, and the params,
+held once for every run context made from it. :func:`compile_graph` builds one and allocates
+nothing; a :class:`~graphrt.executor.context.RunContext` allocates a run's memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+from ..devices import Device, backend_for
+from ..errors import GraphFormatError, KernelNotFoundError
+from ..lib import FusedFunction, Kernel, Library, Lowering, ShapeFunction, TensorType
+from ..schema import COPY, NOP, Graph, Node
+from ..storage import ScratchNeed, StoragePlan, check_capacity, plan_storage, with_scratch
+from .param_store import ParamStore
+from .shapes import ShapePlan
+from .steps import AliasGroups
+from .transfers import TransferLog, tally
+
+__all__ = ["CompiledGraph", "NodeProgram", "compile_graph", "run_calls"]
+
+logger = logging.getLogger("graphrt")
+
+
+@dataclass(frozen=True)
+class NodeProgram:
+    """What one executable node does at every run.
+
+    Attributes:
+        nid: the node id.
+        eids: the entries it takes, inputs then outputs (a copy: source, destination).
+        flatten: kernels see 1-D views (``flatten_data``).
+        kernel: the kernel (a Python kernel, or a lowered function's runner); None for a copy.
+        lowering: the node's lowered declarative function, if it has one.
+        scratch: byte offsets of the lowering's intermediates in its device's scratch arena.
+    """
+
+    nid: int
+    eids: tuple[int, ...]
+    flatten: bool
+    kernel: Kernel | None = None
+    lowering: Lowering | None = None
+    scratch: tuple[int, ...] = ()
+
+    @property
+    def is_copy(self) -> bool:
+        return self.kernel is None
+
+
+def run_calls(calls: Sequence[tuple[Kernel, tuple[Any, ...]]]) -> None:
+    """Run a lowered function's prepared calls: each ``kernel(*arrays)``, in order."""
+    for kernel, arrays in calls:
+        kernel(*arrays)
+
+
+class CompiledGraph:
+    """A graph ready to run: plan, programs, shape program and params, made once.
+
+    Nothing here changes after :func:`compile_graph` except the params, which
+    :class:`ParamStore` replaces copy-on-write, so any number of run contexts may read it from
+    any number of threads.
+
+    Example:
+        >>> compiled = compile_graph(load_graph("examples/graphs/simplex.json"),  # doctest: +SKIP
+        ...                          lib, (graphrt.cpu(0), graphrt.sim(0)))
+        >>> context = RunContext(compiled)  # doctest: +SKIP
+    """
+
+    def __init__(self, graph: Graph, plan: StoragePlan, programs: tuple[NodeProgram, ...],
+                 shapes: ShapePlan | None) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.programs = programs
+        self.shapes = shapes
+        self.params = ParamStore()
+        self.groups = AliasGroups(graph)
+        self.input_eids = tuple(graph.nodes[nid].outputs[0] for nid in graph.arg_nodes)
+        self.input_of_entry = {eid: i for i, eid in enumerate(self.input_eids)}
+        self.input_index = {name: i for i, name in enumerate(graph.input_names)}
+        self.output_index: dict[str, int] = {}
+        for i, name in enumerate(graph.output_names):
+            self.output_index.setdefault(name, i)
+        self.dynamic_eids = frozenset(e.eid for e in graph.entries if e.dims is not None)
+        self.static_transfers = TransferLog(tally([
+            (plan.entry_device[p.eids[0]], plan.entry_device[p.eids[1]],
+             graph.entries[p.eids[0]].nbytes) for p in programs if p.is_copy]))
+        self.private_sids = tuple(self._private_sid(eid) for eid in self.input_eids)
+
+    def _private_sid(self, eid: int) -> int | None:
+        """The input's storage id if only its alias group uses it (so a context that reads
+        the input from the params needs no slot of its own), else None."""
+        sid = self.graph.entries[eid].sid
+        group = set(self.groups.members[self.groups.root[eid]])
+        return sid if set(self.plan.pool[sid].entries) <= group else None
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return self.plan.devices
+
+
+def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
+                  strict: bool = False,
+                  capacity: Mapping[Device, int | None] | None = None) -> CompiledGraph:
+    """Plan, resolve and lower everything a run needs, allocating nothing.
+
+    Args:
+        graph: the validated graph.
+        library: its kernels and declarative functions.
+        devices: where to run; ``devices[0]`` is the fallback.
+        strict: refuse to fall back to ``devices[0]``.
+        capacity: bytes each device can hold; storage and scratch beyond it are refused before
+            anything is allocated.
+
+    Raises:
+        PlacementError, KernelNotFoundError, GraphFormatError.
+    """
+    plan = plan_storage(graph, devices, strict=strict)
+    programs = _programs(graph, plan, library)
+    plan = with_scratch(plan, {p.nid: [ScratchNeed(n, *life) for n, life in
+                                       zip(p.lowering.nbytes(), p.lowering.lifetimes,
+                                           strict=True)]
+                               for p in programs if p.lowering is not None})
+    programs = tuple(_with_offsets(p, plan) for p in programs)
+    check_capacity(graph, plan, capacity or {})
+    shape_functions = resolve_shape_functions(graph, library)
+    shapes = ShapePlan(graph, shape_functions) if graph.is_dynamic or shape_functions else None
+    if plan.fallbacks:
+        kinds = sorted({f.reason.partition(";")[0] for f in plan.fallbacks})
+        logger.warning("%d of %d entries fell back to %s (%s); see GraphModule.placement()",
+                       len(plan.fallbacks), len(graph.entries), plan.devices[0],
+                       ", ".join(kinds))
+    return CompiledGraph(graph, plan, programs, shapes)
+
+
+def _with_offsets(program: NodeProgram, plan: StoragePlan) -> NodeProgram:
+    offsets = plan.scratch.offsets.get(program.nid, ())
+    if not offsets:
+        return program
+    return NodeProgram(program.nid, program.eids, program.flatten, program.kernel,
+                       program.lowering, offsets)
+
+
+def _programs(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[NodeProgram, ...]:
+    """Every executable node's program, its kernel resolved (or its function lowered) for
+    the device it runs on.
+
+    Raises:
+        KernelNotFoundError: naming each missing func_name with the first node and device type
+            that needs it.
+        GraphFormatError: a declarative function that does not fit its node.
+    """
+    programs: list[NodeProgram] = []
+    missing: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op == "null" or node.func_name == NOP:
+            continue
+        if node.func_name == COPY:
+            programs.append(NodeProgram(node.nid, (node.inputs[0], node.outputs[0]), False))
+            continue
+        assert node.func_name is not None
+        dev = plan.node_device[node.nid]
+        found = lib.resolve(node.func_name, dev.type_code)
+        if found is None:
+            missing.setdefault(node.func_name, f"{node.label} on {dev} "
+                               f"(device type {dev.type_code})")
+            continue
+        eids = (*node.inputs, *node.outputs)
+        backend = backend_for(dev)
+        if isinstance(found, FusedFunction):
+            lowering = found.lower(
+                _types(graph, node.inputs, node.flatten_data),
+                _types(graph, node.outputs, node.flatten_data), xp=backend.xp,
+                where=node.label, fuse=dev.kind == "cuda", dynamic=_is_dynamic(graph, node))
+            kernel = lowering.calls[0].kernel if lowering.direct else run_calls
+            programs.append(NodeProgram(node.nid, eids, node.flatten_data,
+                                        backend.bind_kernel(kernel), lowering))
+        else:
+            programs.append(NodeProgram(node.nid, eids, node.flatten_data,
+                                        backend.bind_kernel(found)))
+    if missing:
+        listed = "; ".join(f"{name!r} needed by {where}" for name, where in
+                           list(missing.items())[:5])
+        more = f" (and {len(missing) - 5} more func_names)" if len(missing) > 5 else ""
+        raise KernelNotFoundError(f"the lib has no kernel for {listed}{more}")
+    return tuple(programs)
+
+
+def resolve_shape_functions(graph: Graph, lib: Library) -> dict[int, ShapeFunction]:
+    """The nodes whose shape function must run before their kernel, on every run.
+
+    Those are the nodes whose shape function reads data (their output shape follows their
+    inputs' values) and the nodes that bind a shape variable no input binds.
+
+    Raises:
+        GraphFormatError: a node binds a variable but its kernel has no shape function, or a
+            shape function declares data dependence for another number of inputs.
+    """
+    binds = {nid: var for var, nid in graph.var_binders.items()}
+    found: dict[int, ShapeFunction] = {}
+    for node in graph.nodes:
+        if node.func_name is None:
+            continue
+        function = None if node.func_name in (NOP, COPY) else lib.shape_function(
+            node.func_name)
+        if function is None or not (function.needs_data or node.nid in binds):
+            if node.nid in binds:
+                raise GraphFormatError(
+                    f"{node.label} binds shape variable {binds[node.nid]!r} (a bare output "
+                    f"dimension no input binds), so its kernel {node.func_name!r} needs a shape "
+                    "function (Library.register_shape_func), and it has none")
+            continue
+        if len(function.data_dependent) != len(node.inputs):
+            raise GraphFormatError(
+                f"{node.label}: the shape function of {node.func_name!r} declares data "
+                f"dependence for {len(function.data_dependent)} inputs, the node has "
+                f"{len(node.inputs)}")
+        found[node.nid] = function
+    return found
+
+
+def _is_dynamic(graph: Graph, node: Node) -> bool:
+    return any(graph.entries[eid].dims is not None for eid in (*node.inputs, *node.outputs))
+
+
+def _types(graph: Graph, eids: tuple[int, ...], flatten: bool) -> list[TensorType]:
+    """The entries' types as a kernel sees them (1-D under ``flatten_data``)."""
+    entries = [graph.entries[eid] for eid in eids]
+    return [TensorType((prod(e.shape),) if flatten else e.shape, e.dtype.numpy.name)
+            for e in entries]
