@@ -31,8 +31,16 @@ from .cli_bundle import bundle_lines, verified_line
 from .devices import Device
 from .devices.base import CPU, KIND_CODES, SIM, host_memory_bytes
 from .errors import DeviceError, GraphrtError
+from .executor import scratch_needs
 from .schema import COPY, NOP, Graph, load_graph
-from .storage import PlacementReport, StoragePlan, placement_report, plan_storage
+from .storage import (
+    PlacementReport,
+    StoragePlan,
+    check_capacity,
+    placement_report,
+    plan_storage,
+    with_scratch,
+)
 
 __all__ = [
     "Command",
@@ -272,7 +280,10 @@ def plan_source(args: argparse.Namespace) -> tuple[Source, StoragePlan]:
     """
     devices = parse_devices(args.devices)
     source = load_source(args.graph)
-    plan = plan_storage(source.graph, devices, strict=False, capacity=_host_capacity(devices))
+    plan = plan_storage(source.graph, devices, strict=False)
+    if source.bundle is not None:  # its lib is known: plan the intermediates too
+        plan = with_scratch(plan, scratch_needs(source.bundle.compile_on_host().programs))
+    check_capacity(source.graph, plan, _host_capacity(devices))
     return source, plan
 
 

@@ -25,7 +25,7 @@ from pydantic import JsonValue
 
 from ..devices import Device, cpu
 from ..errors import BundleError, GraphrtError, KernelNotFoundError
-from ..executor import GraphModule, compile_graph, create
+from ..executor import CompiledGraph, GraphModule, compile_graph, create
 from ..lib import Library, LibrarySource
 from ..schema import Graph, load_graph
 from .archive import ArchiveReader, open_archive
@@ -127,6 +127,18 @@ class Bundle:
         module.load_params(self.params)
         return module
 
+    def compile_on_host(self) -> CompiledGraph:
+        """The bundle compiled for the host, allocating nothing: every declarative function
+        type-checked and lowered for the nodes that use it, its scratch planned. External
+        kernels are code the loading program supplies, so stand-ins take their place.
+
+        Raises:
+            BundleError: a function that does not fit a node that uses it, naming ``lib.json``.
+        """
+        stand_ins = {name: _supplied_later for name in self.external_kernels}
+        return _parse(LIB, lambda: compile_graph(self.graph, self.lib.merged(stand_ins),
+                                                 (cpu(0),)))
+
     def check_functions(self) -> int:
         """Type-check the lib against the graph as ``create()`` would, without creating.
 
@@ -146,8 +158,7 @@ class Bundle:
             >>> load_bundle("examples/bundles/mlp").check_functions()  # doctest: +SKIP
             3
         """
-        stand_ins = {name: _supplied_later for name in self.external_kernels}
-        _parse(LIB, lambda: compile_graph(self.graph, self.lib.merged(stand_ins), (cpu(0),)))
+        self.compile_on_host()
         functions = self.lib.spec().functions
         return sum(node.func_name in functions for node in self.graph.nodes)
 

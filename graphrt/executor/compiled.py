@@ -25,7 +25,7 @@ from .shapes import ShapePlan
 from .steps import AliasGroups
 from .transfers import TransferLog, tally
 
-__all__ = ["CompiledGraph", "NodeProgram", "compile_graph", "run_calls"]
+__all__ = ["CompiledGraph", "NodeProgram", "compile_graph", "run_calls", "scratch_needs"]
 
 logger = logging.getLogger("graphrt")
 
@@ -124,10 +124,7 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
     """
     plan = plan_storage(graph, devices, strict=strict)
     programs = _programs(graph, plan, library)
-    plan = with_scratch(plan, {p.nid: [ScratchNeed(n, *life) for n, life in
-                                       zip(p.lowering.nbytes(), p.lowering.lifetimes,
-                                           strict=True)]
-                               for p in programs if p.lowering is not None})
+    plan = with_scratch(plan, scratch_needs(programs))
     programs = tuple(_with_offsets(p, plan) for p in programs)
     check_capacity(graph, plan, capacity or {})
     shape_functions = resolve_shape_functions(graph, library)
@@ -138,6 +135,13 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                        len(plan.fallbacks), len(graph.entries), plan.devices[0],
                        ", ".join(kinds))
     return CompiledGraph(graph, plan, programs, shapes)
+
+
+def scratch_needs(programs: Sequence[NodeProgram]) -> dict[int, list[ScratchNeed]]:
+    """The intermediates of every lowered function, by node id, for the scratch planner."""
+    return {p.nid: [ScratchNeed(n, *life) for n, life in
+                    zip(p.lowering.nbytes(), p.lowering.lifetimes, strict=True)]
+            for p in programs if p.lowering is not None}
 
 
 def _with_offsets(program: NodeProgram, plan: StoragePlan) -> NodeProgram:

@@ -539,6 +539,7 @@ class RunContext:
         for dev in {dev for _, dev in arrays.values()}:
             backend_for(dev).synchronize()  # every context's stream may read them next
         self._store.publish(arrays)
+        self._sync_params()  # this context frees its own slots for them now
 
     def _param_binding(self, array: Array, dev: Device) -> _Binding:
         return _Binding(array, array, dev, backend_for(dev).data_ptr(array), int(array.nbytes),
