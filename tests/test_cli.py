@@ -196,8 +196,8 @@ def test_inspect_json_heterogeneous(capsys: pytest.CaptureFixture[str]) -> None:
     assert list(data["ops"].items()) == [("__copy", 2), ("elemwise_add", 2), ("elemwise_sub", 1)]
     placement = data["placement"]
     assert placement["devices"] == [
-        {"device": "cpu:0", "nodes": 2, "entries": 3, "bytes": 48},
-        {"device": "cuda:0", "nodes": 3, "entries": 6, "bytes": 80}]
+        {"device": "cpu:0", "nodes": 2, "entries": 3, "bytes": 48, "scratch": 0},
+        {"device": "cuda:0", "nodes": 3, "entries": 6, "bytes": 80, "scratch": 0}]
     assert [(c["node_id"], c["direction"], c["bytes"]) for c in placement["copies"]] == [
         (3, "cuda:0 -> cpu:0", 16), (6, "cpu:0 -> cuda:0", 16)]
     assert placement["fallbacks"] == []
@@ -209,7 +209,7 @@ def test_inspect_json_fallbacks(capsys: pytest.CaptureFixture[str]) -> None:
     assert [f["entry_id"] for f in fallbacks] == [0, 1, 2, 6, 7, 8]
     assert {(f["requested_type"], f["device"]) for f in fallbacks} == {(2, "cpu:0")}
     assert data["placement"]["devices"] == [
-        {"device": "cpu:0", "nodes": 5, "entries": 9, "bytes": 128}]
+        {"device": "cpu:0", "nodes": 5, "entries": 9, "bytes": 128, "scratch": 0}]
 
 
 def test_inspect_json_largest_integers(capsys: pytest.CaptureFixture[str],

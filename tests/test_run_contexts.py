@@ -388,7 +388,7 @@ def chain(func: str, nodes: int, size: int = 100) -> dict[str, Any]:
 def test_a_one_op_function_runs_as_a_plain_kernel() -> None:
     mod = graphrt.create(chain("add1", 3), chain_lib())
     steps = mod.context._table.steps
-    assert all(fn is not run_calls and len(args) == 3 for fn, args, _ in steps)
+    assert all(fn is not run_calls and len(args) == 3 for fn, args in steps)
     assert mod.plan.scratch.arena == {}
     (y,) = mod(x=np.ones(100, "float32"), c=np.full(100, 2, "float32"))
     np.testing.assert_array_equal(y, np.full(100, 7, "float32"))
@@ -402,7 +402,8 @@ def test_intermediates_are_planned_scratch_shared_across_nodes(device: str,
     # Two intermediates of 400 bytes per node, live at once: 2 x 448 (64-aligned), for all 5.
     assert mod.plan.scratch.arena == {dev: 896}
     assert mod.memory().context[dev] == 4 * 400 + 896  # x, c, the two alternating slots, arena
-    assert mod.placement().to_dict()["devices"][0]["bytes"] == mod.plan.bytes_per_device()[dev]
+    usage = mod.placement().to_dict()["devices"][0]
+    assert usage["bytes"] == mod.plan.bytes_per_device()[dev] and usage["scratch"] == 896
     assert 896 in allocations  # the arena, allocated by the context
     x, c = np.linspace(-1, 1, 100, dtype="float32"), np.full(100, 0.5, "float32")
     expected = x

@@ -95,7 +95,7 @@ class RunContext:
         self._slot_shapes = [graph.entries[eid].shape for eid in compiled.input_eids]
         self._head_nids = tuple(graph.entries[eid].nid for eid in graph.heads)
         views: list[Array] = [None] * len(graph.entries)
-        self._copy_outs: dict[int, tuple[Step, ...]] = {}
+        self._copy_outs: dict[int, tuple[tuple[Step, int], ...]] = {}
         for root in compiled.groups.members:
             arrays: dict[int, Array] = {}
             self._copy_outs[root] = self._rebind_group(root, arrays)
@@ -183,7 +183,7 @@ class RunContext:
     def _run_steps(self, hook: StepHook | None) -> None:
         if self._dynamic is not None:
             self._dynamic.prologue()
-        execute(self._table.steps, self._fail, hook)
+        execute(self._table.steps, self._table.nids, self._fail, hook)
 
     def _fail(self, nid: int, err: Exception) -> Exception:
         if isinstance(err, GraphrtError):
@@ -303,15 +303,15 @@ class RunContext:
         _check_count("warmup", warmup, 0)
         for _ in range(warmup):
             self._execute(None)
-        steps = self._table.steps
-        hook = ProfileHook(self.plan, steps, repeat)
+        table = self._table
+        hook = ProfileHook(self.plan, table.nids, repeat)
         for r in range(repeat):
             hook.start_run(r)
             self._execute(hook)
             self._synchronize()
             hook.end_run()
-        return profile_report(self.graph, self.plan, list(steps), list(self._table.kinds),
-                              hook, self._table.views)
+        return profile_report(self.graph, self.plan, list(table.steps), list(table.nids),
+                              list(table.kinds), hook, table.views)
 
     def benchmark(self, /, repeat: int = 5, number: int = 5, min_repeat_ms: float | None = None,
                   end_to_end: bool = False, **inputs: Any) -> BenchmarkResult:
@@ -692,7 +692,8 @@ class RunContext:
                         tuple(bound.native.shape) if bound is not None
                         else self._slot_shapes[position])
 
-    def _rebind_group(self, root: int, arrays: dict[int, Array]) -> tuple[Step, ...]:
+    def _rebind_group(self, root: int,
+                      arrays: dict[int, Array]) -> tuple[tuple[Step, int], ...]:
         """Point one alias group at its bound memory; return the copies it needs after a run."""
         compiled, heads = self.compiled, self.graph.heads
         bound = sorted(p for p in self._bound_outputs if compiled.groups.root[heads[p]] == root)
@@ -714,8 +715,8 @@ class RunContext:
         if self._dynamic is not None:
             self._dynamic.bind_memory(root, None if memory is None else memory.native)
         return tuple(
-            (copier(self.plan.entry_device[heads[p]], self._bound_outputs[p].device),
-             (arrays[heads[p]], self._bound_outputs[p].native), self.graph.entries[heads[p]].nid)
+            ((copier(self.plan.entry_device[heads[p]], self._bound_outputs[p].device),
+              (arrays[heads[p]], self._bound_outputs[p].native)), self.graph.entries[heads[p]].nid)
             for p in bound)
 
     def _binding(self, eid: int, value: Any, what: str, *, writable: bool) -> _Binding:

@@ -178,15 +178,15 @@ class ProfileHook:
 
     Args:
         plan: the storage plan (where each step's node runs).
-        steps: the steps the runs will make (their node ids).
+        nids: the node of each step the runs will make.
         repeat: how many runs will be timed.
     """
 
-    def __init__(self, plan: StoragePlan, steps: Sequence[Step], repeat: int) -> None:
-        self.devices = [plan.node_device[nid] for _, _, nid in steps]
+    def __init__(self, plan: StoragePlan, nids: Sequence[int], repeat: int) -> None:
+        self.devices = [plan.node_device[nid] for nid in nids]
         self._timers = [backend_for(dev).step_timer() for dev in self.devices]
-        self.starts = [[0.0] * repeat for _ in steps]
-        self.times = [[0.0] * repeat for _ in steps]
+        self.starts = [[0.0] * repeat for _ in nids]
+        self.times = [[0.0] * repeat for _ in nids]
         self.runs: list[tuple[float, float]] = []
         self.repeat = 0
         self._origin = time.perf_counter_ns()
@@ -225,22 +225,21 @@ class ProfileHook:
 
 
 def profile_report(graph: Graph, plan: StoragePlan, steps: Sequence[Step],
-                   kinds: Sequence[str], hook: ProfileHook,
+                   nids: Sequence[int], kinds: Sequence[str], hook: ProfileHook,
                    views: Sequence[Any]) -> ProfileReport:
     """The report of the runs ``hook`` timed. ``kinds[i]`` says what step i is (``"op"``,
     ``"copy"`` or ``"shape"``: a shape function with the copies it made to the host);
     ``views`` are the entries' arrays, whose shapes (the last run's) the report gives."""
     times = hook.device_times()
     return ProfileReport(
-        tuple(_node_profile(graph, plan, views, step, kinds[i], hook.devices[i],
+        tuple(_node_profile(graph, plan, views, step, nids[i], kinds[i], hook.devices[i],
                             hook.starts[i], times[i]) for i, step in enumerate(steps)),
         tuple(hook.runs), tuple(str(dev) for dev in plan.devices))
 
 
 def _node_profile(graph: Graph, plan: StoragePlan, views: Sequence[Any], step: Step,
-                  kind: str, device: Device, starts: list[float],
+                  nid: int, kind: str, device: Device, starts: list[float],
                   times: list[float]) -> NodeProfile:
-    nid = step[2]
     node = graph.nodes[nid]
     inputs = tuple(tuple(views[eid].shape) for eid in node.inputs)
     outputs = tuple(tuple(views[eid].shape) for eid in node.outputs)

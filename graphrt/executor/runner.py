@@ -1,10 +1,11 @@
 """The one loop that runs steps, for every kind of run.
 
-A plain run is the flat loop ``for fn, args, nid in steps: fn(*args)`` over a list prepared
-once. Profiling, dumping every node's outputs and stopping after a node are *hooks* called
-around each step; shape-function stages of a dynamic graph are steps like any other. Whatever a
-step raises is handed to ``fail`` with the id of its node, which turns it into the error to
-raise (an :class:`~graphrt.ExecutionError` naming the node, the cause chained).
+A plain run is the flat loop ``for fn, args in steps: fn(*args)`` over a list prepared once:
+nothing else happens per step, so a run costs what its kernels cost. Profiling, dumping every
+node's outputs and stopping after a node are *hooks* called around each step; shape-function
+stages of a dynamic graph are steps like any other. Whatever a step raises is handed to
+``fail`` with the id of its node, which turns it into the error to raise (an
+:class:`~graphrt.ExecutionError` naming the node, the cause chained).
 """
 
 from __future__ import annotations
@@ -32,26 +33,37 @@ class StepHook(Protocol):
         ...
 
 
-def execute(steps: Sequence[Step], fail: Failure, hook: StepHook | None = None) -> None:
-    """Run ``steps`` in order (with ``hook`` around each one when given).
+def execute(steps: Sequence[Step], nids: Sequence[int], fail: Failure,
+            hook: StepHook | None = None) -> None:
+    """Run ``steps`` in order (with ``hook`` around each one when given); ``nids[i]`` is the
+    node of step i.
 
     Raises:
         Exception: what ``fail`` returns for a step that raised; the step's own error is its
             cause unless ``fail`` returns it unchanged.
     """
-    nid = -1
+    fn: object = None
+    args: object = None
     try:
         if hook is None:
-            for fn, args, nid in steps:  # noqa: B007 (nid names a failing step)
+            for fn, args in steps:
                 fn(*args)
             return
-        for index, (fn, args, nid) in enumerate(steps):
-            if not hook.before(index, nid):
+        for index, (fn, args) in enumerate(steps):
+            if not hook.before(index, nids[index]):
                 return
             fn(*args)
-            hook.after(index, nid)
+            hook.after(index, nids[index])
     except Exception as err:
-        error = fail(nid, err)
+        error = fail(_node_of(steps, nids, fn, args), err)
         if error is err:
             raise
         raise error from err
+
+
+def _node_of(steps: Sequence[Step], nids: Sequence[int], fn: object, args: object) -> int:
+    """The node of the step ``(fn, args)`` (found only when a step fails), or -1."""
+    for index, step in enumerate(steps):
+        if step[0] is fn and step[1] is args:
+            return nids[index]
+    return -1

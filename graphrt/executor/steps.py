@@ -24,9 +24,10 @@ from ..schema import NOP, Graph
 __all__ = ["AliasGroups", "FixedSpec", "KernelSpec", "LoweredSpec", "Step", "StepSpec",
            "StepTable"]
 
-Step = tuple[Callable[..., Any], tuple[Any, ...], int]
-"""``(callable, args, node_id)``: a kernel and its arrays, a copy and its (src, dst), or a
-shape-function stage and no arguments."""
+Step = tuple[Callable[..., Any], tuple[Any, ...]]
+"""``(callable, args)``: a kernel and its arrays, a copy and its (src, dst), or a
+shape-function stage and no arguments. Which node a step belongs to is in
+:attr:`StepTable.nids`, so a run's loop is exactly ``for fn, args in steps: fn(*args)``."""
 
 
 class AliasGroups:
@@ -82,7 +83,7 @@ class KernelSpec:
     flatten: bool
 
     def prepare(self, views: Sequence[Array]) -> Step:
-        return self.fn, tuple(_own(views[eid], self.flatten) for eid in self.eids), self.nid
+        return self.fn, tuple(_own(views[eid], self.flatten) for eid in self.eids)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class FixedSpec:
     eids: tuple[int, ...] = ()
 
     def prepare(self, views: Sequence[Array]) -> Step:
-        return self.fn, (), self.nid
+        return self.fn, ()
 
 
 class LoweredSpec:
@@ -136,19 +137,20 @@ class LoweredSpec:
     def prepare(self, views: Sequence[Array]) -> Step:
         arrays = tuple(_own(views[eid], self.flatten) for eid in self.eids)
         if self.lowering.direct:
-            return self.kernel, arrays, self.nid
+            return self.kernel, arrays
         env = (*arrays, *self._intermediates(arrays))
         calls = tuple((call.kernel, tuple(env[i] for i in call.args))
                       for call in self.lowering.calls)
-        return self.kernel, (calls,), self.nid
+        return self.kernel, (calls,)
 
 
 class StepTable:
     """The prepared steps of one run context and the array every entry is bound to now.
 
     ``steps`` is the body (every node's steps, in order) followed by the *tail* (copies into
-    bound outputs, see :meth:`set_tail`); ``kinds`` says what each step is. :meth:`rebind`
-    points entries at other arrays and re-prepares only the steps that use them.
+    bound outputs, see :meth:`set_tail`); ``nids`` and ``kinds`` say whose each step is and
+    what it is. :meth:`rebind` points entries at other arrays and re-prepares only the steps
+    that use them.
     """
 
     def __init__(self, specs: Sequence[StepSpec], views: list[Array]) -> None:
@@ -159,6 +161,7 @@ class StepTable:
             for eid in spec.eids:
                 self._users.setdefault(eid, []).append(index)
         self.steps: list[Step] = [spec.prepare(views) for spec in self._specs]
+        self.nids: list[int] = [spec.nid for spec in self._specs]
         self.kinds: list[str] = [spec.kind for spec in self._specs]
 
     def rebind(self, arrays: Mapping[int, Array]) -> None:
@@ -171,8 +174,10 @@ class StepTable:
         for index in touched:
             self.steps[index] = self._specs[index].prepare(self.views)
 
-    def set_tail(self, tail: Sequence[Step]) -> None:
-        """Make ``tail`` the steps that run after the body (copies into bound outputs)."""
+    def set_tail(self, tail: Sequence[tuple[Step, int]]) -> None:
+        """Make ``tail`` the steps that run after the body (copies into bound outputs), each
+        with the id of the node whose output it copies."""
         body = len(self._specs)
-        self.steps[body:] = tail
+        self.steps[body:] = [step for step, _ in tail]
+        self.nids[body:] = [nid for _, nid in tail]
         self.kinds[body:] = ["copy"] * len(tail)

@@ -14,12 +14,14 @@ __all__ = ["CopyInfo", "DeviceUsage", "FallbackInfo", "PlacementReport", "placem
 
 @dataclass(frozen=True)
 class DeviceUsage:
-    """What one device holds: op nodes that run there (``nodes``), entries, bytes of storage."""
+    """What one device holds: op nodes that run there (``nodes``), entries, bytes of storage
+    (``scratch`` of them: the intermediates of lowered functions, one arena per device)."""
 
     device: str
     nodes: int
     entries: int
     bytes: int
+    scratch: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class PlacementReport:
         lines = [f"{'device':<10} {'ops':>6} {'entries':>8} {'bytes':>14}"]
         lines += [f"{d.device:<10} {d.nodes:>6} {d.entries:>8} {d.bytes:>14,}"
                   for d in self.devices]
+        scratch = [f"{d.device} {d.scratch:,} bytes" for d in self.devices if d.scratch]
+        if scratch:
+            lines.append(f"of it scratch (intermediates of lowered functions): "
+                         f"{', '.join(scratch)}")
         lines.append(f"copies: {len(self.copies)} ({self.copy_bytes:,} bytes per run)")
         lines += [f"  node {c.node_id} {c.node_name!r}: {c.direction}, {c.bytes:,} bytes"
                   for c in self.copies]
@@ -90,7 +96,7 @@ class PlacementReport:
 
 def placement_report(graph: Graph, plan: StoragePlan) -> PlacementReport:
     """Summarize where a plan put the graph (pure; for ``mod.placement()`` and the CLI)."""
-    usage: dict[Device, list[int]] = {dev: [0, 0, 0] for dev in plan.devices}
+    usage: dict[Device, list[int]] = {dev: [0, 0, 0, 0] for dev in plan.devices}
     for node in graph.nodes:
         if node.op != "null":
             usage[plan.node_device[node.nid]][0] += 1
@@ -98,6 +104,8 @@ def placement_report(graph: Graph, plan: StoragePlan) -> PlacementReport:
         usage[dev][1] += 1
     for dev, nbytes in plan.bytes_per_device().items():
         usage[dev][2] = nbytes
+    for dev, nbytes in plan.scratch.arena.items():
+        usage[dev][3] = nbytes
     copies = tuple(
         CopyInfo(node.nid, node.name, str(plan.entry_device[node.inputs[0]]),
                  str(plan.entry_device[node.outputs[0]]), graph.entries[node.outputs[0]].nbytes)

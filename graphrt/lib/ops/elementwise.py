@@ -211,12 +211,8 @@ def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str 
         getattr(xp, function)(ins[0], ins[1], out=outs[0])
 
     def kernel(xp: Any, attrs: Any) -> Callable[..., None]:
-        ufunc = getattr(xp, function)
-
-        def call(a: Any, b: Any, out: Any) -> None:
-            ufunc(a, b, out=out)
-
-        return call
+        ufunc: Callable[..., None] = getattr(xp, function)
+        return ufunc  # numpy and cupy ufuncs take the output positionally: ufunc(a, b, out)
 
     _register(name, NoAttrs, 2, infer, compute, elementwise, kernel)
 
@@ -351,6 +347,19 @@ def _unary(name: str, allowed: frozenset[str], compute: UnaryCompute,
         compute(xp, ins[0], outs[0], parsed)
 
     def kernel(xp: Any, parsed: Any) -> Callable[..., None]:
+        direct = _DIRECT.get(compute)
+        if direct is not None:  # one array function: call it with no wrapper in between
+            function, extra = getattr(xp, direct[0]), direct[1:]
+            if not extra:
+                ufunc: Callable[..., None] = function
+                return ufunc  # a ufunc: function(x, out)
+            constant = extra[0]
+
+            def call_with(x: Any, out: Any) -> None:
+                function(x, constant, out=out)
+
+            return call_with
+
         def call(x: Any, out: Any) -> None:
             compute(xp, x, out, parsed)
 
@@ -359,10 +368,15 @@ def _unary(name: str, allowed: frozenset[str], compute: UnaryCompute,
     _register(name, attrs, 1, infer, run, elementwise, kernel)
 
 
+_DIRECT: dict[UnaryCompute, tuple[Any, ...]] = {}
+"""Unary computes that are one array function: ``(name, extra positional args...)``."""
+
+
 def _ufunc(function: str) -> UnaryCompute:
     def compute(xp: Any, x: Any, out: Any, attrs: Any) -> None:
         getattr(xp, function)(x, out=out)
 
+    _DIRECT[compute] = (function,)
     return compute
 
 
@@ -412,6 +426,9 @@ def _gelu(xp: Any, x: Any, out: Any, attrs: GeluAttrs) -> None:
 
 def _relu(xp: Any, x: Any, out: Any, attrs: Any) -> None:
     xp.maximum(x, 0, out=out)  # NaN propagates
+
+
+_DIRECT[_relu] = ("maximum", 0)
 
 
 def _leaky_relu(xp: Any, x: Any, out: Any, attrs: LeakyReluAttrs) -> None:
