@@ -247,3 +247,49 @@ def test_graphrt_run_and_bench_a_bundle_on_cuda(capsys: pytest.CaptureFixture[st
     assert cli.main(["bench", str(BUNDLES / "cnn.grb"), "--device", "cuda", "--repeat", "3",
                      "--number", "2"]) == 0
     assert "host overhead" in capsys.readouterr().out
+
+
+def test_threads_on_cuda_each_run_on_their_own_stream_with_weights_once(
+        gpu: graphrt.Device) -> None:
+    import sys
+    import threading
+    from pathlib import Path
+
+    import cupy
+
+    models = Path(__file__).resolve().parents[1] / "examples" / "models"
+    sys.path.insert(0, str(models))
+    import reference
+
+    mod = graphrt.create(models / "mlp" / "graph.json",
+                         graphrt.Library.from_json(models / "mlp" / "lib.json"), gpu)
+    values = reference.weights("mlp", mod.get_input_info())
+    weights = {name: value for name, value in values.items() if name != "x"}
+    mod.load_params(weights)
+    x = values["x"]
+    feeds = [np.random.default_rng(t).standard_normal(x.shape).astype(x.dtype)
+             for t in range(4)]
+    expected = [mod(x=feed)[0].get() for feed in feeds]
+    wrong: list[int] = []
+    streams: list[Any] = []
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            streams.append(mod.context._scopes[0].stream)
+            for _ in range(200):
+                got = mod(x=feeds[t])[0].get()
+                if not np.allclose(got, expected[t], rtol=1e-5, atol=1e-6):
+                    wrong.append(t)
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and wrong == []
+    assert len({stream.ptr for stream in streams}) == 4
+    assert cupy.cuda.Stream.null.ptr not in {stream.ptr for stream in streams}
+    assert mod.memory().params[gpu] == sum(w.nbytes for w in weights.values())
