@@ -27,7 +27,7 @@ from .compiled import CompiledGraph
 from .dynamic import DynamicRunner
 from .memory import MemoryReport
 from .profiling import ProfileHook, ProfileReport, profile_report
-from .runner import StepHook, execute
+from .runner import Dumper, StepHook, StopAfter, execute
 from .steps import KernelSpec, LoweredSpec, Step, StepSpec, StepTable
 from .transfers import TransferLog
 
@@ -79,8 +79,8 @@ class RunContext:
         self.graph = graph = compiled.graph
         self.plan = plan = compiled.plan
         self._store = compiled.params
+        self._params_seen = self._store.version  # before current: a publish between is seen
         params = self._store.current
-        self._params_seen = self._store.version
         self._param_versions = {position: param.version for position, param in params.items()}
         private = {compiled.private_sids[p] for p in params} - {None}
         self._pool = SlotPool(compiled, {sid for sid in private if sid is not None})
@@ -371,7 +371,7 @@ class RunContext:
         if not 0 <= index < len(outputs):
             raise InputError(f"{self.graph.nodes[nid].label} has {len(outputs)} output(s), "
                              f"given index {index}")
-        self._execute(_StopAfter(nid))
+        self._execute(StopAfter(nid))
         self._failure = (nid + 1, f"debug_get_output ran the graph only up to node {nid}")
         eid = outputs[index]
         target = self._fresh_array(eid) if out is None else out
@@ -388,7 +388,7 @@ class RunContext:
             >>> mod.dump_outputs("outputs.npz")  # doctest: +SKIP
             >>> np.load("outputs.npz")["conv2d_0:12:0"]  # doctest: +SKIP
         """
-        dumper = _Dumper(self)
+        dumper = Dumper(self.graph, self.to_host)
         self._execute(dumper)
         dumper.save_until(len(self.graph.nodes))
         target = Path(path)
@@ -768,43 +768,6 @@ class RunContext:
         view, dev = self._table.views[eid], self.plan.entry_device[eid]
         backend = backend_for(dev)
         return backend.view(backend.allocate(view.nbytes), tuple(view.shape), view.dtype)
-
-
-class _StopAfter:
-    """A hook that stops the run after the last step of node ``nid``."""
-
-    def __init__(self, nid: int) -> None:
-        self._nid = nid
-
-    def before(self, index: int, nid: int) -> bool:
-        return nid <= self._nid
-
-    def after(self, index: int, nid: int) -> None:
-        pass
-
-
-class _Dumper:
-    """A hook that saves every node's outputs to host memory as soon as the node is done."""
-
-    def __init__(self, context: RunContext) -> None:
-        self._context = context
-        self.arrays: dict[str, np.ndarray[Any, Any]] = {}
-        self._done = 0  # nodes whose outputs are saved
-
-    def save_until(self, nid: int) -> None:
-        nodes = self._context.graph.nodes
-        while self._done < len(nodes) and nodes[self._done].nid < nid:
-            node = nodes[self._done]
-            for k, eid in enumerate(node.outputs):
-                self.arrays[f"{node.name}:{node.nid}:{k}"] = self._context.to_host(eid)
-            self._done += 1
-
-    def before(self, index: int, nid: int) -> bool:
-        self.save_until(nid)
-        return True
-
-    def after(self, index: int, nid: int) -> None:
-        pass
 
 
 def _locate(value: Any, what: str) -> tuple[Device, Array]:

@@ -133,7 +133,7 @@ class GraphModule:
 
     def __repr__(self) -> str:
         devs = ", ".join(map(str, self.devices))
-        steps = sum(1 for _ in self.compiled.programs)
+        steps = len(self.compiled.programs)
         return (f"<GraphModule {len(self.graph.nodes)} nodes, {steps} steps, "
                 f"{self.get_num_inputs()} inputs, {self.get_num_outputs()} outputs on {devs}>")
 

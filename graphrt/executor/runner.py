@@ -11,11 +11,14 @@ stages of a dynamic graph are steps like any other. Whatever a step raises is ha
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
+
+from ..schema import Graph
 from .steps import Step
 
-__all__ = ["Failure", "StepHook", "execute"]
+__all__ = ["Dumper", "Failure", "StepHook", "StopAfter", "execute"]
 
 Failure = Callable[[int, Exception], Exception]
 """``fail(node_id, error)``: the exception to raise for a step of ``node_id`` that raised."""
@@ -67,3 +70,46 @@ def _node_of(steps: Sequence[Step], nids: Sequence[int], fn: object, args: objec
         if step[0] is fn and step[1] is args:
             return nids[index]
     return -1
+
+
+class StopAfter:
+    """A hook that stops the run after the last step of node ``nid``."""
+
+    def __init__(self, nid: int) -> None:
+        self._nid = nid
+
+    def before(self, index: int, nid: int) -> bool:
+        return nid <= self._nid
+
+    def after(self, index: int, nid: int) -> None:
+        pass
+
+
+class Dumper:
+    """A hook that saves every node's outputs to host memory as soon as the node is done.
+
+    Args:
+        graph: the graph being run.
+        to_host: an entry id's array, copied to the host as it is now.
+    """
+
+    def __init__(self, graph: Graph, to_host: Callable[[int], np.ndarray[Any, Any]]) -> None:
+        self._graph, self._to_host = graph, to_host
+        self.arrays: dict[str, np.ndarray[Any, Any]] = {}
+        self._done = 0  # nodes whose outputs are saved
+
+    def save_until(self, nid: int) -> None:
+        """Save the outputs of every node before ``nid`` not saved yet."""
+        nodes = self._graph.nodes
+        while self._done < len(nodes) and nodes[self._done].nid < nid:
+            node = nodes[self._done]
+            for k, eid in enumerate(node.outputs):
+                self.arrays[f"{node.name}:{node.nid}:{k}"] = self._to_host(eid)
+            self._done += 1
+
+    def before(self, index: int, nid: int) -> bool:
+        self.save_until(nid)
+        return True
+
+    def after(self, index: int, nid: int) -> None:
+        pass
