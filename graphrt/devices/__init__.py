@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "cuda",
     "device",
     "locate",
+    "parse_device_map",
     "sim",
     "sim_counters",
 ]
@@ -96,6 +97,33 @@ def device(spec: str | Device) -> Device:
         raise DeviceError(f"device ordinal in {spec!r} must be a non-negative integer")
     factory = {"cpu": cpu, "cuda": cuda, "sim": sim}[kind]
     return factory(int(ordinal_text or 0))
+
+
+def parse_device_map(mapping: Mapping[str | int, Device | str]) -> dict[int, Device]:
+    """A ``device_map`` as type code -> device: keys are device kinds (``"cuda"``) or DLPack
+    type codes (2), values devices or their text (``"sim:0"``).
+
+    Raises:
+        DeviceError: a key that names no device type, or a value that is not a device.
+
+    Example:
+        >>> parse_device_map({"cuda": "sim:0"})
+        {2: graphrt.device('sim:0')}
+    """
+    if not isinstance(mapping, Mapping):
+        raise DeviceError(f"device_map must be a mapping of device kinds to devices, given "
+                          f"{type(mapping).__name__}")
+    result: dict[int, Device] = {}
+    for key, value in mapping.items():
+        if isinstance(key, str) and key.strip().lower() in KIND_CODES:
+            code = KIND_CODES[key.strip().lower()]
+        elif isinstance(key, int) and not isinstance(key, bool) and key > 0:
+            code = key
+        else:
+            raise DeviceError(f"device_map key {key!r} is not a device kind ("
+                              f"{', '.join(KIND_CODES)}) or a positive DLPack type code")
+        result[code] = device(value)
+    return result
 
 
 def _cuda_module() -> Any:

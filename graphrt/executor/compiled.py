@@ -108,7 +108,8 @@ class CompiledGraph:
 
 def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                   strict: bool = False,
-                  capacity: Mapping[Device, int | None] | None = None) -> CompiledGraph:
+                  capacity: Mapping[Device, int | None] | None = None,
+                  device_map: Mapping[int, Device] | None = None) -> CompiledGraph:
     """Plan, resolve and lower everything a run needs, allocating nothing.
 
     Args:
@@ -118,11 +119,12 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         strict: refuse to fall back to ``devices[0]``.
         capacity: bytes each device can hold; storage and scratch beyond it are refused before
             anything is allocated.
+        device_map: device type code -> one of ``devices`` (see :func:`graphrt.create`).
 
     Raises:
         PlacementError, KernelNotFoundError, GraphFormatError.
     """
-    plan = plan_storage(graph, devices, strict=strict)
+    plan = plan_storage(graph, devices, strict=strict, device_map=device_map)
     programs = _programs(graph, plan, library)
     plan = with_scratch(plan, scratch_needs(programs))
     programs = tuple(_with_offsets(p, plan) for p in programs)

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..devices import Device, backend_for, device
+from ..devices import Device, backend_for, device, parse_device_map
 from ..errors import InputError
 from ..lib import LibrarySource, as_library
 from ..params import iter_params
@@ -34,7 +34,8 @@ R = TypeVar("R")
 
 
 def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
-           strict_placement: bool = False) -> GraphModule:
+           strict_placement: bool = False,
+           device_map: Mapping[str | int, Device | str] | None = None) -> GraphModule:
     """Load a graph, plan its storage over ``devices`` and prepare it to run.
 
     Everything costly happens here: parsing and checking the graph, placing storage, resolving
@@ -48,6 +49,10 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
         *devices: where to run (``graphrt.cpu(0)``, ``"cuda:0"``, ...). ``devices[0]`` is the
             fallback for entries placed on a device type not given. Defaults to ``cpu:0``.
         strict_placement: raise :class:`PlacementError` instead of falling back.
+        device_map: place the entries of a device type on another device, e.g.
+            ``{"cuda": "sim:0"}`` runs a CUDA graph on the simulated accelerator without
+            editing its JSON. A mapped device not among ``devices`` is added after them. The
+            placement report lists every remapped type.
 
     Raises:
         GraphFormatError, PlacementError, KernelNotFoundError, DeviceError.
@@ -62,9 +67,11 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
     graph = load_graph(graph_json)
     library = as_library(lib)
     devs = tuple(device(d) for d in devices) or (device("cpu:0"),)
+    remap = parse_device_map(device_map or {})
+    devs += tuple(dict.fromkeys(dev for dev in remap.values() if dev not in devs))
     capacity = {dev: backend_for(dev).capacity() for dev in devs}
     return GraphModule(compile_graph(graph, library, devs, strict=strict_placement,
-                                     capacity=capacity))
+                                     capacity=capacity, device_map=remap))
 
 
 def _per_thread(method: Callable[Concatenate[RunContext, P], R]

@@ -1,7 +1,14 @@
 """Storage planning: the device-tagged pool a graph needs (pure; allocates nothing)."""
 
 from .plan import Fallback, PoolEntry, StoragePlan, check_capacity, plan_storage, with_scratch
-from .report import CopyInfo, DeviceUsage, FallbackInfo, PlacementReport, placement_report
+from .report import (
+    CopyInfo,
+    DeviceUsage,
+    FallbackInfo,
+    PlacementReport,
+    RemapInfo,
+    placement_report,
+)
 from .scratch import ScratchNeed, ScratchPlan, plan_scratch
 
 __all__ = [
@@ -11,6 +18,7 @@ __all__ = [
     "FallbackInfo",
     "PlacementReport",
     "PoolEntry",
+    "RemapInfo",
     "ScratchNeed",
     "ScratchPlan",
     "StoragePlan",

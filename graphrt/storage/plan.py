@@ -57,6 +57,8 @@ class StoragePlan:
         node_device: the device each node runs on, by node id.
         fallbacks: every entry that fell back to devices[0].
         scratch: the intermediates of lowered functions (see :func:`with_scratch`).
+        device_map: graph device type codes placed on another device than TVM's rule would
+            choose, by the caller's request (``create(..., device_map=...)``).
     """
 
     devices: tuple[Device, ...]
@@ -65,6 +67,7 @@ class StoragePlan:
     node_device: tuple[Device, ...]
     fallbacks: tuple[Fallback, ...]
     scratch: ScratchPlan = field(default_factory=ScratchPlan)
+    device_map: Mapping[int, Device] = field(default_factory=lambda: MappingProxyType({}))
 
     def bytes_per_device(self) -> dict[Device, int]:
         """Bytes of storage each device holds, scratch included (every device given appears,
@@ -99,17 +102,21 @@ def _check_devices(devices: Sequence[Device]) -> tuple[Device, ...]:
 
 
 def plan_storage(graph: Graph, devices: Sequence[Device], *, strict: bool = False,
-                 capacity: Mapping[Device, int | None] | None = None) -> StoragePlan:
+                 capacity: Mapping[Device, int | None] | None = None,
+                 device_map: Mapping[int, Device] | None = None) -> StoragePlan:
     """Place every entry on a device and size one slot per storage id.
 
-    An entry whose ``device_index`` code is T goes on the first device of type T, else on
-    ``devices[0]`` (a fallback, reported in :attr:`StoragePlan.fallbacks`).
+    An entry whose ``device_index`` code is T goes on ``device_map[T]`` when the caller
+    remapped T, else on the first device of type T, else on ``devices[0]`` (a fallback,
+    reported in :attr:`StoragePlan.fallbacks`).
 
     Args:
         graph: the validated graph.
         devices: the devices to run on; ``devices[0]`` is the fallback.
         strict: refuse to fall back (raise instead).
         capacity: bytes each device can hold, to refuse a plan that cannot be allocated.
+        device_map: device type code -> one of ``devices``, overriding TVM's rule for that
+            type (run a CUDA graph on ``sim`` or ``cpu`` without editing its JSON).
 
     Raises:
         PlacementError: a storage id on two devices, a node whose inputs sit on another device
@@ -124,6 +131,12 @@ def plan_storage(graph: Graph, devices: Sequence[Device], *, strict: bool = Fals
     """
     devices = _check_devices(devices)
     by_type = _placer(devices)
+    remap = dict(device_map or {})
+    for mapped, dev in remap.items():
+        if dev not in devices:
+            raise PlacementError(f"device_map sends device type {mapped} to {dev}, which is not "
+                                 f"among the devices given ({', '.join(map(str, devices))})")
+    by_type.update(remap)
     entry_device: list[Device] = []
     fallbacks: list[Fallback] = []
     for entry in graph.entries:
@@ -142,7 +155,7 @@ def plan_storage(graph: Graph, devices: Sequence[Device], *, strict: bool = Fals
     node_device = tuple(_node_device(graph, nid, entry_device, devices[0])
                         for nid in range(len(graph.nodes)))
     plan = StoragePlan(devices, MappingProxyType(pool), tuple(entry_device), node_device,
-                       tuple(fallbacks))
+                       tuple(fallbacks), device_map=MappingProxyType(remap))
     if capacity is not None:
         check_capacity(graph, plan, capacity)
     return plan

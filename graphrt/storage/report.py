@@ -6,10 +6,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..devices import Device
+from ..devices.base import KIND_NAMES
 from ..schema import COPY, Graph
 from .plan import StoragePlan
 
-__all__ = ["CopyInfo", "DeviceUsage", "FallbackInfo", "PlacementReport", "placement_report"]
+__all__ = ["CopyInfo", "DeviceUsage", "FallbackInfo", "PlacementReport", "RemapInfo",
+           "placement_report"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,16 @@ class FallbackInfo:
 
 
 @dataclass(frozen=True)
+class RemapInfo:
+    """A device type the caller sent to another device (``device_map``), and its entries."""
+
+    requested_type: int
+    requested_kind: str
+    device: str
+    entries: int
+
+
+@dataclass(frozen=True)
 class PlacementReport:
     """Nodes and bytes per device, every copy, and every fallback of a storage plan.
 
@@ -64,6 +76,7 @@ class PlacementReport:
     devices: tuple[DeviceUsage, ...]
     copies: tuple[CopyInfo, ...]
     fallbacks: tuple[FallbackInfo, ...]
+    remapped: tuple[RemapInfo, ...] = ()
 
     @property
     def copy_bytes(self) -> int:
@@ -74,7 +87,8 @@ class PlacementReport:
         """Plain data (JSON-ready)."""
         return {"devices": [asdict(d) for d in self.devices],
                 "copies": [{**asdict(c), "direction": c.direction} for c in self.copies],
-                "fallbacks": [asdict(f) for f in self.fallbacks]}
+                "fallbacks": [asdict(f) for f in self.fallbacks],
+                "remapped": [asdict(r) for r in self.remapped]}
 
     def table(self) -> str:
         """The report as text for humans."""
@@ -88,6 +102,10 @@ class PlacementReport:
         lines.append(f"copies: {len(self.copies)} ({self.copy_bytes:,} bytes per run)")
         lines += [f"  node {c.node_id} {c.node_name!r}: {c.direction}, {c.bytes:,} bytes"
                   for c in self.copies]
+        if self.remapped:
+            lines.append(f"remapped by device_map: {len(self.remapped)}")
+            lines += [f"  device type {r.requested_type} ({r.requested_kind}) -> {r.device}: "
+                      f"{r.entries} entries" for r in self.remapped]
         lines.append(f"fallbacks: {len(self.fallbacks)}")
         lines += [f"  entry {f.entry_id} (node {f.node_id} {f.node_name!r}): {f.reason}"
                   for f in self.fallbacks]
@@ -114,6 +132,10 @@ def placement_report(graph: Graph, plan: StoragePlan) -> PlacementReport:
         FallbackInfo(f.eid, graph.entries[f.eid].nid, graph.nodes[graph.entries[f.eid].nid].name,
                      f.requested, str(f.device), f.reason)
         for f in plan.fallbacks)
+    remapped = tuple(
+        RemapInfo(code, KIND_NAMES.get(code, f"type{code}"), str(dev),
+                  sum(entry.device_type == code for entry in graph.entries))
+        for code, dev in sorted(plan.device_map.items()))
     return PlacementReport(
         tuple(DeviceUsage(str(dev), *counts) for dev, counts in usage.items()), copies,
-        fallbacks)
+        fallbacks, remapped)
