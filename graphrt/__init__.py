@@ -13,8 +13,12 @@ Example:
     array([1., 1., 1., 1.], dtype=float32)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .bundle import Bundle, BundleLimits, load_bundle, save_bundle
 from .devices import Device, cpu, cuda, device, sim, sim_counters
 from .errors import (
     BundleError,
@@ -26,10 +30,37 @@ from .errors import (
     KernelNotFoundError,
     PlacementError,
 )
-from .executor import GraphModule, MemoryReport, TransferLog, TransferStats, create
-from .lib import Library
-from .params import load_params, save_params
-from .schema import Graph, load_graph
+
+if TYPE_CHECKING:
+    from .bundle import Bundle, BundleLimits, load_bundle, save_bundle
+    from .executor import GraphModule, MemoryReport, TransferLog, TransferStats, create
+    from .lib import Library
+    from .params import load_params, save_params
+    from .schema import Graph, load_graph
+
+# Imported on first use, so that ``import graphrt`` (every CLI call, every test process) does
+# not pay for pydantic models, the op set and the bundle code it may never touch.
+_LAZY = {
+    "Bundle": ".bundle", "BundleLimits": ".bundle", "load_bundle": ".bundle",
+    "save_bundle": ".bundle", "GraphModule": ".executor", "MemoryReport": ".executor",
+    "TransferLog": ".executor", "TransferStats": ".executor", "create": ".executor",
+    "Library": ".lib", "load_params": ".params", "save_params": ".params", "Graph": ".schema",
+    "load_graph": ".schema",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphrt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Bundle",

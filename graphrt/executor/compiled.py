@@ -75,8 +75,9 @@ class CompiledGraph:
     """
 
     def __init__(self, graph: Graph, plan: StoragePlan, programs: tuple[NodeProgram, ...],
-                 shapes: ShapePlan | None) -> None:
+                 shapes: ShapePlan | None, *, require_inputs: bool = False) -> None:
         self.graph = graph
+        self.require_inputs = require_inputs
         self.plan = plan
         self.programs = programs
         self.shapes = shapes
@@ -85,9 +86,7 @@ class CompiledGraph:
         self.input_eids = tuple(graph.nodes[nid].outputs[0] for nid in graph.arg_nodes)
         self.input_of_entry = {eid: i for i, eid in enumerate(self.input_eids)}
         self.input_index = {name: i for i, name in enumerate(graph.input_names)}
-        self.output_index: dict[str, int] = {}
-        for i, name in enumerate(graph.output_names):
-            self.output_index.setdefault(name, i)
+        self.output_index = {name: i for i, name in enumerate(graph.output_names)}
         self.dynamic_eids = frozenset(e.eid for e in graph.entries if e.dims is not None)
         self.static_transfers = TransferLog(tally([
             (plan.entry_device[p.eids[0]], plan.entry_device[p.eids[1]],
@@ -109,7 +108,8 @@ class CompiledGraph:
 def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                   strict: bool = False,
                   capacity: Mapping[Device, int | None] | None = None,
-                  device_map: Mapping[int, Device] | None = None) -> CompiledGraph:
+                  device_map: Mapping[int, Device] | None = None,
+                  require_inputs: bool = False) -> CompiledGraph:
     """Plan, resolve and lower everything a run needs, allocating nothing.
 
     Args:
@@ -120,6 +120,8 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         capacity: bytes each device can hold; storage and scratch beyond it are refused before
             anything is allocated.
         device_map: device type code -> one of ``devices`` (see :func:`graphrt.create`).
+        require_inputs: a run with an input or param never set is an ``InputError`` (else a
+            warning, once per run context).
 
     Raises:
         PlacementError, KernelNotFoundError, GraphFormatError.
@@ -136,7 +138,7 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         logger.warning("%d of %d entries fell back to %s (%s); see GraphModule.placement()",
                        len(plan.fallbacks), len(graph.entries), plan.devices[0],
                        ", ".join(kinds))
-    return CompiledGraph(graph, plan, programs, shapes)
+    return CompiledGraph(graph, plan, programs, shapes, require_inputs=require_inputs)
 
 
 def scratch_needs(programs: Sequence[NodeProgram]) -> dict[int, list[ScratchNeed]]:

@@ -11,6 +11,7 @@ activations and scratch, not the weights. A context is used by one thread at a t
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -32,6 +33,8 @@ from .steps import KernelSpec, LoweredSpec, Step, StepSpec, StepTable
 from .transfers import TransferLog
 
 __all__ = ["RunContext"]
+
+logger = logging.getLogger("graphrt")
 
 _UNFINISHED = (-1, "it is running, or it stopped before running any node")
 
@@ -111,6 +114,7 @@ class RunContext:
         self._scopes: tuple[AbstractContextManager[object], ...] = tuple(
             scope for scope in scopes if scope is not None)
         self._failure: tuple[int, str] | None = None
+        self._unset = set(range(len(compiled.input_eids))) - set(params)
 
     def _specs(self) -> list[StepSpec]:
         specs: list[StepSpec] = []
@@ -170,6 +174,8 @@ class RunContext:
         and remember how far it got."""
         if self._params_seen != self._store.version:
             self._sync_params()
+        if self._unset:
+            self._check_unset()
         self._failure = _UNFINISHED
         if self._scopes:
             with ExitStack() as stack:
@@ -179,6 +185,20 @@ class RunContext:
         else:
             self._run_steps(hook)
         self._failure = None
+
+    def _check_unset(self) -> None:
+        """Inputs and params never set run as zeros: say so once, or refuse."""
+        self._unset -= set(self._store.current)
+        if not self._unset:
+            return
+        names = listing(tuple(self.graph.input_names[p] for p in sorted(self._unset)))
+        if self.compiled.require_inputs:
+            raise InputError(f"inputs never set: {names}; set them (set_input, load_params, "
+                             "or the run's keyword arguments) before running")
+        logger.warning("running with inputs never set, which hold zeros: %s (set them with "
+                       "set_input or load_params; create(..., require_inputs=True) makes this "
+                       "an error)", names)
+        self._unset = set()  # warned once
 
     def _run_steps(self, hook: StepHook | None) -> None:
         if self._dynamic is not None:
@@ -440,6 +460,7 @@ class RunContext:
         positions = [self._input_position(key) for key in values]
         transfers = [self._transfer_in(position, value)
                      for position, value in zip(positions, values.values(), strict=True)]
+        self._unset.difference_update(positions)
         if any(position in self._bound_inputs for position in positions):
             self._bind(dict.fromkeys(positions), {})  # back to the context's own storage
         input_eids = self.compiled.input_eids
@@ -600,6 +621,11 @@ class RunContext:
         return _named_position(key, self.compiled.input_index, self.graph.input_names, "input")
 
     def _output_position(self, key: int | str) -> int:
+        candidates = self.graph.output_aliases.get(key) if isinstance(key, str) else None
+        if candidates:
+            raise InputError(f"output name {key!r} is ambiguous: {len(candidates)} outputs come "
+                             f"from nodes of that name; give one of {listing(candidates)} (or "
+                             "the position)")
         return _named_position(key, self.compiled.output_index, self.graph.output_names,
                                "output")
 
@@ -655,6 +681,7 @@ class RunContext:
         input_eids = self.compiled.input_eids
         for position, value in inputs.items():
             new_inputs.pop(position, None)
+            self._unset.discard(position)
             if value is not None:
                 new_inputs[position] = self._binding(
                     input_eids[position], value,

@@ -35,7 +35,8 @@ R = TypeVar("R")
 
 def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
            strict_placement: bool = False,
-           device_map: Mapping[str | int, Device | str] | None = None) -> GraphModule:
+           device_map: Mapping[str | int, Device | str] | None = None,
+           require_inputs: bool = False) -> GraphModule:
     """Load a graph, plan its storage over ``devices`` and prepare it to run.
 
     Everything costly happens here: parsing and checking the graph, placing storage, resolving
@@ -53,6 +54,9 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
             ``{"cuda": "sim:0"}`` runs a CUDA graph on the simulated accelerator without
             editing its JSON. A mapped device not among ``devices`` is added after them. The
             placement report lists every remapped type.
+        require_inputs: refuse to run (``InputError``) while an input or param was never set.
+            Without it, the first run of each thread that has one logs a warning naming them:
+            they hold zeros (TVM ran them silently).
 
     Raises:
         GraphFormatError, PlacementError, KernelNotFoundError, DeviceError.
@@ -71,7 +75,8 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
     devs += tuple(dict.fromkeys(dev for dev in remap.values() if dev not in devs))
     capacity = {dev: backend_for(dev).capacity() for dev in devs}
     return GraphModule(compile_graph(graph, library, devs, strict=strict_placement,
-                                     capacity=capacity, device_map=remap))
+                                     capacity=capacity, device_map=remap,
+                                     require_inputs=require_inputs))
 
 
 def _per_thread(method: Callable[Concatenate[RunContext, P], R]
@@ -251,10 +256,18 @@ class GraphModule:
         return len(self.graph.heads)
 
     def get_output_index(self, name: str) -> int:
-        """Position of the first output called ``name``, or -1 if there is none.
+        """Position of the output called ``name``, or -1 if there is none.
 
-        An output is named after its node, or ``name:index`` when its node has several outputs.
+        An output is named after its node, or ``name:index`` when its node has several outputs;
+        names several outputs would share get ``#<position>`` (see :attr:`Graph.output_names`).
+
+        Raises:
+            InputError: ``name`` is such a shared name; the message lists the candidates.
         """
+        candidates = self.graph.output_aliases.get(name)
+        if candidates:
+            raise InputError(f"output name {name!r} is ambiguous; give one of "
+                             f"{listing(candidates)}")
         return self.compiled.output_index.get(name, -1)
 
     def get_output_info(self) -> dict[str, dict[str, Any]]:

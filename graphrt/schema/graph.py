@@ -89,8 +89,12 @@ class Graph:
         arg_nodes: node ids of the inputs (params included), in input order.
         heads: entry ids of the outputs, in output order.
         input_names: name of each input, in input order.
-        output_names: name of each output: its node's name, or ``name:index`` for a node with
-            several outputs.
+        output_names: name of each output, unique: its node's name, or ``name:index`` for a
+            node with several outputs; when several outputs would get the same name (nodes
+            named alike, as Relay's many ``reshape_nop``, or one entry listed twice in
+            ``heads``), each of them is ``<that name>#<output position>``.
+        output_aliases: each name several outputs would have shared, with the unique names
+            they got instead (so looking it up can list the candidates).
         shape_vars: the declared shape variables by name (empty for a static graph).
         var_binders: for each shape variable, the node that binds it: an input node (from the
             shape it is given) or an op node (from its shape function at run time).
@@ -104,6 +108,8 @@ class Graph:
     output_names: tuple[str, ...]
     shape_vars: Mapping[str, ShapeVar] = field(default_factory=lambda: MappingProxyType({}))
     var_binders: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    output_aliases: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
 
     @property
     def is_dynamic(self) -> bool:
@@ -312,12 +318,17 @@ def build_graph(spec: GraphSpec) -> Graph:
     arg_nodes = _check_arg_nodes(spec, nodes)
     heads = tuple(_resolve_ref(ref, f"heads[{i}]", len(nodes), row_ptr, names)
                   for i, ref in enumerate(spec.heads))
+    bases = [_output_name(nodes[entries[eid].nid], entries[eid].index) for eid in heads]
+    shared = {base for base in bases if bases.count(base) > 1}
+    output_names = tuple(f"{base}#{i}" if base in shared else base
+                         for i, base in enumerate(bases))
+    aliases = {base: tuple(name for name, b in zip(output_names, bases, strict=True)
+                           if b == base) for base in sorted(shared)}
     graph = Graph(tuple(nodes), tuple(entries), arg_nodes, heads,
-                  tuple(nodes[nid].name for nid in arg_nodes),
-                  tuple(_output_name(nodes[entries[eid].nid], entries[eid].index)
-                        for eid in heads),
+                  tuple(nodes[nid].name for nid in arg_nodes), output_names,
                   MappingProxyType(shape_vars), MappingProxyType(_var_binders(nodes, entries,
-                                                                              arg_nodes)))
+                                                                              arg_nodes)),
+                  MappingProxyType(aliases))
     for built in graph.nodes:
         if built.func_name in BUILTINS:
             _check_builtin(graph, built)
