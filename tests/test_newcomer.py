@@ -109,3 +109,23 @@ def test_import_graphrt_loads_no_pydantic_lib_executor_or_bundle_code() -> None:
     assert callable(graphrt.create) and "create" in dir(graphrt)  # there on first use
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         graphrt.nothing  # noqa: B018
+
+
+@pytest.mark.parametrize("reader", ["graph", "lib", "manifest"])
+def test_graphs_libs_and_manifests_read_json_the_same_way(reader: str, tmp_path: Any) -> None:
+    from graphrt.bundle.manifest import parse_manifest
+    from graphrt.lib.declarative import parse_library_spec
+
+    read = {"graph": graphrt.load_graph, "lib": parse_library_spec,
+            "manifest": parse_manifest}[reader]
+    error = graphrt.BundleError if reader == "manifest" else graphrt.GraphFormatError
+    with pytest.raises(error, match="is not valid JSON"):
+        read(b"{not json")
+    with pytest.raises(error, match="is not valid JSON"):
+        read("  {not json")  # text, not a path: it starts with '{'
+    with pytest.raises(error, match=r"malformed .*: .*\(given '5'\)"):
+        read(b'{"format": "graphrt.bundle", "format_version": "1.0", "nodes": 5, '
+             b'"functions": 5, "members": 5}')
+    if reader != "manifest":
+        with pytest.raises(error, match=rf"cannot read {reader} file .*no-such"):
+            read(str(tmp_path / "no-such.json"))

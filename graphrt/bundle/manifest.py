@@ -19,7 +19,6 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,6 +31,7 @@ from pydantic import (
 )
 
 from ..errors import BundleError
+from ..jsondoc import describe_validation_error, read_json
 from ..schema import Entry, parse_dtype
 from .members import MANIFEST, check_member_name
 
@@ -155,10 +155,7 @@ def parse_manifest(raw: bytes) -> Manifest:
         BundleError: not JSON, not a graphrt bundle, an unsupported format version, a missing,
             unknown or mistyped key, or a member name that is not a plain name.
     """
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise BundleError(f"{MANIFEST} is not valid JSON: {err}") from None
+    data = read_json(raw, MANIFEST, BundleError)
     if not isinstance(data, dict):
         raise BundleError(f"{MANIFEST} must hold a JSON object, given {type(data).__name__}")
     _, minor = _version(data)
@@ -167,9 +164,8 @@ def parse_manifest(raw: bytes) -> Manifest:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))[:120] or 'manifest'}: {e['msg']}"
-                             for e in err.errors()[:5])
-        raise BundleError(f"{MANIFEST} is malformed: {problems}") from None
+        raise BundleError(f"malformed {MANIFEST}: "
+                          + describe_validation_error(err, "manifest")) from None
     for name in manifest.members:
         check_member_name(name, f"{MANIFEST} lists member")
     return manifest

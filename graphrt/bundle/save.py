@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from .._version import __version__
 from ..errors import BundleError
+from ..jsondoc import describe_validation_error, read_source
 from ..lib import Library, LibrarySource, LibrarySpec, as_library
 from ..params import LIST_MAGIC, iter_params, to_host
 from ..schema import Graph, GraphSpec, load_graph
@@ -50,12 +51,10 @@ def _graph_bytes(graph: GraphDocument) -> bytes:
         return orjson.dumps(graph)
     if isinstance(graph, bytes | bytearray):
         return bytes(graph)
-    if isinstance(graph, str) and graph.lstrip().startswith("{"):
-        return graph.encode("utf-8")
-    try:
-        return Path(graph).read_bytes()
-    except (OSError, TypeError, ValueError) as err:
-        raise BundleError(f"cannot read graph {str(graph)[:200]!r}: {err}") from None
+    raw = read_source(graph, "graph", BundleError)
+    if isinstance(raw, dict):
+        return orjson.dumps(raw)
+    return raw.encode("utf-8") if isinstance(raw, str) else raw
 
 
 def _library(lib: LibDocument) -> Library:
@@ -114,11 +113,11 @@ def _manifest(graph: Graph, tensors: Mapping[str, Array], external: list[str],
             "metadata": dict(metadata or {})})
         manifest.to_json()  # NaN and infinities pass the model but are not JSON
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(map(str, first["loc"]))[:120]
+        where = ".".join(map(str, err.errors()[0]["loc"]))
         hint = (" (metadata must be a JSON object: str keys; str, number, bool, null, list or "
                 "object values)" if where.startswith("metadata") else "")
-        raise BundleError(f"the manifest cannot hold {where}: {first['msg']}{hint}") from None
+        problems = describe_validation_error(err, "manifest", limit=1)
+        raise BundleError(f"the manifest cannot hold {problems}{hint}") from None
     except ValueError as err:  # after ValidationError, which is one
         raise BundleError(f"metadata must be a JSON object: {err}") from None
     return manifest

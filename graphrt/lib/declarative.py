@@ -21,13 +21,12 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import GraphFormatError
+from ..jsondoc import describe_validation_error, read_json
 from .fusion import compile_run, elementwise_runs, kernel_source
 from .lowering import LoweredCall, Lowering
 from .ops import OpDef, OpError, TensorType, get_op
@@ -129,8 +128,8 @@ class FusedFunction:
             try:
                 attrs = op.attrs.model_validate(step.attrs)
             except ValidationError as err:
-                problems = "; ".join(f"attr {'.'.join(map(str, e['loc'])) or '?'}: {e['msg']}"
-                                     for e in err.errors()[:3])
+                problems = describe_validation_error(
+                    err, "attrs", lambda loc: f"attr {'.'.join(map(str, loc)) or '?'}", 3)
                 raise _fail(name, label, f"bad attributes: {problems}") from None
             if op.arity is not None and len(step.inputs) != op.arity:
                 raise _fail(name, label, f"takes {op.arity} inputs, given {len(step.inputs)}")
@@ -292,22 +291,9 @@ def parse_library_spec(source: str | bytes | os.PathLike[str] | dict[str, Any]) 
     Raises:
         GraphFormatError: not JSON, or not a valid lib document (the message says where).
     """
-    data: Any = source
-    if isinstance(source, os.PathLike) or (
-            isinstance(source, str) and not source.lstrip().startswith("{")):
-        try:
-            data = Path(source).read_bytes()
-        except (OSError, ValueError) as err:
-            raise GraphFormatError(f"cannot read lib file {str(source)[:200]!r}: {err}"
-                                   ) from None
-    if isinstance(data, str | bytes):
-        try:
-            data = orjson.loads(data)
-        except orjson.JSONDecodeError as err:
-            raise GraphFormatError(f"lib is not valid JSON: {err}") from None
+    data = read_json(source, "lib", GraphFormatError)
     try:
         return LibrarySpec.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'lib'}: {e['msg']}"
-                             for e in err.errors()[:5])
-        raise GraphFormatError(f"malformed lib document: {problems}") from None
+        raise GraphFormatError("malformed lib document: "
+                               + describe_validation_error(err, "lib")) from None

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Union
 
-import orjson
 from pydantic import ValidationError
 
 from ..errors import GraphFormatError
+from ..jsondoc import describe_validation_error, read_json
 from .graph import Graph, build_graph
 from .spec import GraphSpec
 
@@ -18,25 +17,6 @@ __all__ = ["GraphSource", "load_graph", "parse_spec"]
 GraphSource = Union[str, bytes, bytearray, memoryview, "os.PathLike[str]", dict[str, Any],
                     GraphSpec, Graph]
 """Anything :func:`load_graph` accepts: JSON text or bytes, a path, a dict, a parsed graph."""
-
-
-def _read(source: str | bytes | bytearray | memoryview | os.PathLike[str]) -> bytes | str:
-    if isinstance(source, bytes | bytearray | memoryview):
-        return bytes(source)
-    if isinstance(source, str) and source.lstrip().startswith(("{", "[")):
-        return source
-    if not isinstance(source, str | os.PathLike):
-        raise GraphFormatError(f"a graph is JSON text, bytes, a path or a dict, given "
-                               f"{type(source).__name__}")
-    path = Path(source)
-    try:
-        return path.read_bytes()
-    except (OSError, ValueError) as err:
-        reason = err.strerror if isinstance(err, OSError) else str(err)
-        hint = " (a str is read as a path unless it starts with '{')" if isinstance(
-            source, str) else ""
-        raise GraphFormatError(f"cannot read graph file {str(path)[:200]!r}: {reason}{hint}"
-                               ) from None
 
 
 def _where(loc: tuple[int | str, ...], data: object) -> str:
@@ -57,18 +37,6 @@ def _where(loc: tuple[int | str, ...], data: object) -> str:
     return ".".join(str(part) for part in loc) or "graph"
 
 
-def _format_validation_error(err: ValidationError, data: object) -> GraphFormatError:
-    problems = []
-    for item in err.errors()[:5]:
-        loc = tuple(part for part in item["loc"] if not str(part).startswith(("tuple[", "list[")))
-        given = item.get("input")
-        shown = "" if isinstance(given, dict | list) else f" (given {str(given)[:60]!r})"
-        problems.append(f"{_where(loc, data)}: {item['msg']}{shown}")
-    more = err.error_count() - len(problems)
-    suffix = f"; and {more} more problem(s)" if more > 0 else ""
-    return GraphFormatError("malformed graph JSON: " + "; ".join(problems) + suffix)
-
-
 def parse_spec(source: GraphSource) -> GraphSpec:
     """Parse graph JSON into its pydantic model, checking its form only.
 
@@ -83,18 +51,14 @@ def parse_spec(source: GraphSource) -> GraphSpec:
         return source
     if isinstance(source, Graph):
         raise GraphFormatError("parse_spec() takes graph JSON, not an already built Graph")
-    data: object = source
-    if not isinstance(source, dict):
-        try:
-            data = orjson.loads(_read(source))
-        except orjson.JSONDecodeError as err:
-            raise GraphFormatError(f"graph is not valid JSON: {err}") from None
+    data = read_json(source, "graph", GraphFormatError)
     if not isinstance(data, dict):
         raise GraphFormatError(f"graph JSON must be an object, given {type(data).__name__}")
     try:
         return GraphSpec.model_validate(data)
     except ValidationError as err:
-        raise _format_validation_error(err, data) from None
+        raise GraphFormatError("malformed graph JSON: " + describe_validation_error(
+            err, "graph", lambda loc: _where(loc, data))) from None
 
 
 def load_graph(source: GraphSource) -> Graph:
