@@ -272,7 +272,7 @@ def test_limits_are_checked_when_made() -> None:
 
 @pytest.mark.parametrize("module", [
     "graphrt.bundle.members", "graphrt.bundle.safetensors", "graphrt.bundle.manifest",
-    "graphrt.bundle.writer", "graphrt.cli_run", "graphrt.cli_bench", "graphrt.lib.library",
+    "graphrt.bundle.writer", "graphrt.cli.run", "graphrt.cli.bench", "graphrt.lib.library",
     "graphrt.params"])
 def test_docstring_examples_run(module: str) -> None:
     failures, tried = doctest.testmod(importlib.import_module(module))

@@ -411,11 +411,14 @@ def test_validate_checks_host_capacity(capsys: pytest.CaptureFixture[str],
 
 
 @pytest.mark.parametrize("subcommand", ["inspect", "validate"])
-def test_bad_device(capsys: pytest.CaptureFixture[str], subcommand: str) -> None:
-    status, out, err = run_cli(capsys, subcommand, DUPLEX, "--device", "tpu")
-    assert (status, out) == (1, "")
-    assert err.startswith("DeviceError: unknown device kind 'tpu' in --device 'tpu' "
-                          "(known: cpu, cuda, sim")
+def test_bad_device_is_a_usage_error(capsys: pytest.CaptureFixture[str], subcommand: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main([subcommand, DUPLEX, "--device", "tpu"])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"usage: graphrt {subcommand}" in captured.err
+    assert ("error: argument --device: unknown device kind 'tpu' in --device 'tpu' "
+            "(known: cpu, cuda, sim") in captured.err
 
 
 def test_device_given_twice(capsys: pytest.CaptureFixture[str]) -> None:
@@ -442,23 +445,21 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert (exc.value.code, capsys.readouterr().out) == (0, f"graphrt {graphrt.__version__}\n")
 
 
-def test_registry_dispatches_a_new_subcommand(capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "_COMMANDS", dict(cli._COMMANDS))
-
+def test_the_command_table_dispatches_a_new_command(capsys: pytest.CaptureFixture[str]) -> None:
     def configure(parser: argparse.ArgumentParser) -> None:
         cli.add_graph_argument(parser)
-        cli.add_device_option(parser)
+        cli.add_placement_options(parser)
 
-    @cli.command("count", "count the graph's nodes", configure)
     def count(args: argparse.Namespace) -> int:
-        graph, plan = cli.plan_graph(args)
-        print(len(graph.nodes), *plan.devices)
+        source, plan = cli.plan_source(args)
+        print(len(source.graph.nodes), *plan.devices)
         return 3
 
-    assert run_cli(capsys, "count", DUPLEX, "--device", "sim:2") == (3, "9 sim:2\n", "")
-    with pytest.raises(ValueError, match="'count' is registered twice"):
-        cli.command("count", "again", configure)(count)
+    commands = (*cli.COMMANDS, cli.Command("count", "count the graph's nodes", configure, count))
+    assert cli.main(["count", DUPLEX, "--device", "sim:2"], commands) == 3
+    assert capsys.readouterr() == ("9 sim:2\n", "")
+    with pytest.raises(ValueError, match="'count' is listed twice"):
+        cli.build_parser((*commands, commands[-1]))
 
 
 def test_python_dash_m(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ from bundle_fixtures import (
 from conftest import EXAMPLES, strict_add, strict_sub
 
 import graphrt
-from graphrt import cli, cli_bench
+import graphrt.cli.bench as cli_bench
+from graphrt import cli
 
 MLP = str(BUNDLES / "mlp")
 CNN = str(BUNDLES / "cnn.grb")
@@ -130,23 +131,41 @@ class Exploit:
         return (Path.touch, (Path(self.path),))
 
 
+def write_inputs(folder: Path) -> None:
+    np.save(folder / "x.npy", np.zeros((8, 64), "float32"))
+    np.save(folder / "wrong.npy", np.zeros((8, 63), "float32"))
+    np.savez(folder / "x.npz", x=np.zeros((8, 64), "float32"))
+
+
 @pytest.mark.parametrize(("argv", "error", "problem"), [
-    (["--input", "x"], "InputError", "--input takes NAME=FILE.npy, given 'x'"),
     (["--input", "y=x.npy"], "InputError", "'y' is not an input of the bundle (its inputs: x)"),
     (["--input", "x=missing.npy"], "InputError", "cannot read 'missing.npy'"),
     (["--input", "x=wrong.npy"], "InputError", "shape"),
     (["--input", "x=x.npz"], "InputError", "is an .npz archive"),
-    (["--input", "x=x.npy", "--input", "x=x.npy"], "InputError", "'x' is given twice"),
-    (["--device", "tpu"], "DeviceError", "unknown device kind 'tpu'"),
 ])
 def test_run_input_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                           monkeypatch: pytest.MonkeyPatch, argv: list[str], error: str,
                           problem: str) -> None:
     monkeypatch.chdir(tmp_path)
-    np.save("x.npy", np.zeros((8, 64), "float32"))
-    np.save("wrong.npy", np.zeros((8, 63), "float32"))
-    np.savez("x.npz", x=np.zeros((8, 64), "float32"))
+    write_inputs(tmp_path)
     assert problem in failed(capsys, error, "run", MLP, *argv)
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--input", "x"], "argument --input: expected NAME=FILE.npy, given 'x'"),
+    (["--input", "x=x.npy", "--input", "x=x.npy"], "--input 'x' is given twice"),
+    (["--device", "tpu"], "unknown device kind 'tpu'"),
+])
+def test_run_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                 problem: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_inputs(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", MLP, *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: graphrt run" in err and problem in err
 
 
 def test_run_a_bundle_needing_external_kernels(capsys: pytest.CaptureFixture[str],

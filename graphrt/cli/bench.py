@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from statistics import median
@@ -23,13 +24,13 @@ from typing import TextIO
 
 import numpy as np
 
-from . import cli_run  # used at call time: cli imports this module while cli_run may be loading
-from .cli import columns, command
-from .errors import InputError
-from .executor import GraphModule
-from .executor.benchmark import BenchmarkResult
+from ..executor import GraphModule
+from ..executor.benchmark import BenchmarkResult
+from .prepare import add_bundle_arguments, prepare
+from .summary import columns
 
-__all__ = ["ProgressBar", "bench_command", "host_overhead"]
+__all__ = ["LONG_RUN_S", "PROFILED_RUNS", "ProgressBar", "bench_command", "configure",
+           "host_overhead"]
 
 LONG_RUN_S = 1.0
 """Timing expected to last longer than this shows a progress bar on a terminal."""
@@ -103,13 +104,25 @@ def _positive(text: str) -> int:
     return value
 
 
-def _configure_bench(parser: argparse.ArgumentParser) -> None:
-    cli_run.add_bundle_arguments(parser)
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds >= 0, "
+                                         f"given {text!r}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the bundle arguments and the timing options."""
+    add_bundle_arguments(parser)
     parser.add_argument("--repeat", type=_positive, default=20,
                         help="samples to take (default: 20)")
     parser.add_argument("--number", type=_positive, default=None,
                         help="runs per sample (default: enough for --min-repeat-ms)")
-    parser.add_argument("--min-repeat-ms", type=float, default=50.0,
+    parser.add_argument("--min-repeat-ms", type=_milliseconds, default=50.0,
                         help="the shortest a sample may last when --number is not given "
                              "(default: 50)")
     parser.add_argument("--end-to-end", action="store_true",
@@ -125,18 +138,15 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.4f} ms"
 
 
-@command("bench", "time a bundle's runs: median, p10, p90 and graphrt's host overhead per run",
-         _configure_bench)
 def bench_command(args: argparse.Namespace) -> int:
-    """``graphrt bench BUNDLE [--device ...] [--repeat N] [--number N] [--progress]``.
+    """``graphrt bench BUNDLE [placement options] [--repeat N] [--number N] [--progress]``.
 
     Example:
+        >>> from graphrt.cli import main
         >>> main(["bench", "examples/bundles/mlp", "--repeat", "5"])  # doctest: +SKIP
         0
     """
-    if args.min_repeat_ms < 0:
-        raise InputError(f"--min-repeat-ms must be >= 0, given {args.min_repeat_ms}")
-    prepared = cli_run.prepare(args)
+    prepared = prepare(args)
     module = prepared.module
     inputs = prepared.values if args.end_to_end else {}
 

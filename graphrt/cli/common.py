@@ -1,0 +1,379 @@
+"""What the ``graphrt`` commands share: the graph argument, the placement options (devices,
+device map, strict placement), loading a graph or a bundle, and planning it without allocating.
+
+A command line that cannot mean anything (a device that does not parse, an option given twice)
+is a :class:`UsageError`, or an :class:`argparse.ArgumentTypeError` where argparse reads the
+value: both exit with status 2 and the usage, as argparse's own errors do.
+
+Example:
+    >>> parser = argparse.ArgumentParser()
+    >>> add_graph_argument(parser)
+    >>> add_placement_options(parser)
+    >>> args = parser.parse_args(["g.json", "--device", "cpu", "--device-map", "cuda=sim:0"])
+    >>> placement_of(args).devices
+    (graphrt.device('cpu:0'), graphrt.device('sim:0'))
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bundle import MANIFEST, MEMBERS, Bundle, is_zip, load_bundle
+from ..devices import CPU, SIM, Device, cpu, parse_device_map
+from ..devices.base import KIND_CODES, host_memory_bytes
+from ..errors import BundleError, DeviceError
+from ..executor import compile_graph, scratch_needs
+from ..lib import Library
+from ..schema import Graph, load_graph
+from ..storage import StoragePlan, check_capacity, plan_storage, with_scratch
+
+__all__ = [
+    "DEFAULT_DEVICES",
+    "Placement",
+    "Source",
+    "UsageError",
+    "add_graph_argument",
+    "add_lib_option",
+    "add_placement_options",
+    "device_argument",
+    "device_map_argument",
+    "host_capacity",
+    "is_bundle_path",
+    "load_source",
+    "lowering_on_host",
+    "open_bundle",
+    "pairs_to_dict",
+    "parse_device",
+    "parse_devices",
+    "placement_of",
+    "plan_source",
+]
+
+DEFAULT_DEVICES = ("cpu",)
+
+
+class UsageError(Exception):
+    """A command line that cannot mean anything; ``main`` prints it with the command's usage
+    and exits with status 2 (it is not a :class:`graphrt.GraphrtError`: nothing was wrong
+    with the graph, the bundle or the devices)."""
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+def parse_device(text: str, option: str = "--device") -> Device:
+    """Read ``KIND[:N]`` as a device without checking that it exists (nothing is allocated).
+
+    Args:
+        text: the device as typed.
+        option: the option it was given with, for the message.
+
+    Raises:
+        DeviceError: an unknown kind or an ordinal that is not a non-negative integer.
+
+    Example:
+        >>> parse_device("cuda:1")
+        graphrt.device('cuda:1')
+    """
+    kind, colon, ordinal = text.strip().lower().partition(":")
+    if kind not in KIND_CODES:
+        raise DeviceError(f"unknown device kind {kind!r} in {option} {text!r} "
+                          f"(known: {', '.join(KIND_CODES)}; written KIND or KIND:N)")
+    if colon and not (ordinal.isascii() and ordinal.isdigit()):
+        raise DeviceError(f"device ordinal in {option} {text!r} must be a non-negative "
+                          f"integer (written KIND or KIND:N, e.g. {kind}:0)")
+    return Device(KIND_CODES[kind], int(ordinal or 0))
+
+
+def parse_devices(texts: Sequence[str] | None) -> tuple[Device, ...]:
+    """The devices of ``--device`` options, in order; just ``cpu:0`` when none was given.
+
+    Example:
+        >>> parse_devices(["cpu", "sim:1"])
+        (graphrt.device('cpu:0'), graphrt.device('sim:1'))
+    """
+    return tuple(parse_device(text) for text in (texts or DEFAULT_DEVICES))
+
+
+def device_argument(text: str) -> Device:
+    """argparse type of ``--device``: a bad device is a usage error (status 2).
+
+    Example:
+        >>> device_argument("sim:1")
+        graphrt.device('sim:1')
+    """
+    try:
+        return parse_device(text)
+    except DeviceError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def device_map_argument(text: str) -> tuple[int, Device]:
+    """argparse type of ``--device-map KIND=DEVICE``: (device type code, device).
+
+    ``KIND`` is a device kind (``cuda``) or a DLPack type code (``2``); ``DEVICE`` is
+    ``KIND[:N]``, not opened.
+
+    Example:
+        >>> device_map_argument("cuda=sim:0")
+        (2, graphrt.device('sim:0'))
+    """
+    kind, equals, target = text.partition("=")
+    kind = kind.strip()
+    if not (kind and equals and target.strip()):
+        raise argparse.ArgumentTypeError(f"expected KIND=DEVICE (e.g. cuda=sim:0), given "
+                                         f"{text!r}")
+    key: str | int = int(kind) if kind.isascii() and kind.isdigit() else kind
+    try:
+        ((code, dev),) = parse_device_map({key: parse_device(target, "--device-map")}).items()
+    except DeviceError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return code, dev
+
+
+def pairs_to_dict(pairs: Sequence[tuple[Any, Any]], option: str) -> dict[Any, Any]:
+    """Repeated ``KEY=VALUE`` options as a dict, refusing a key given twice.
+
+    Raises:
+        UsageError: a key given twice.
+
+    Example:
+        >>> pairs_to_dict([("a", "1"), ("b", "2")], "--metadata")
+        {'a': '1', 'b': '2'}
+    """
+    result: dict[Any, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise UsageError(f"{option} {key!r} is given twice")
+        result[key] = value
+    return result
+
+
+def add_placement_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--device KIND[:N]`` (repeatable, default ``cpu``), ``--device-map KIND=DEVICE``
+    (repeatable) and ``--strict-placement`` to a command.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_placement_options(parser)
+        >>> parser.parse_args(["--device", "cpu", "--device", "cuda:1"]).devices
+        [graphrt.device('cpu:0'), graphrt.device('cuda:1')]
+    """
+    parser.add_argument(
+        "--device", dest="devices", action="append", type=device_argument, metavar="KIND[:N]",
+        help="a device to place the graph on: cpu, cuda or sim, with an optional ordinal; "
+             "repeat for several, the first being the fallback (default: cpu)")
+    parser.add_argument(
+        "--device-map", dest="device_map", action="append", default=[],
+        type=device_map_argument, metavar="KIND=DEVICE",
+        help="place what the graph puts on device kind KIND (cpu, cuda, sim or a type code) on "
+             "DEVICE instead, e.g. cuda=sim:0; DEVICE joins the devices after the --device "
+             "ones if it is not among them; repeatable")
+    parser.add_argument(
+        "--strict-placement", action="store_true",
+        help="refuse to fall back: an entry on a device kind that was not given is an error")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the command line asks to place a graph.
+
+    Attributes:
+        devices: the ``--device`` devices, then the mapped devices not among them; the first
+            is the fallback.
+        device_map: device type code -> device (``--device-map``).
+        strict: ``--strict-placement``.
+    """
+
+    devices: tuple[Device, ...]
+    device_map: Mapping[int, Device] = field(default_factory=dict)
+    strict: bool = False
+
+    def create_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`graphrt.create` (and ``Bundle.create``)."""
+        return {"strict_placement": self.strict, "device_map": dict(self.device_map)}
+
+
+def placement_of(args: argparse.Namespace) -> Placement:
+    """The placement the parsed placement options ask for.
+
+    Raises:
+        UsageError: a device type mapped twice.
+    """
+    given = tuple(args.devices) if args.devices else parse_devices(None)
+    remap: dict[int, Device] = pairs_to_dict(args.device_map, "--device-map of device type")
+    added = tuple(dict.fromkeys(dev for dev in remap.values() if dev not in given))
+    return Placement(given + added, remap, bool(args.strict_placement))
+
+
+def host_capacity(devices: Sequence[Device]) -> dict[Device, int | None]:
+    """What host-memory devices can hold; other devices are not asked (they may be absent).
+
+    Example:
+        >>> list(host_capacity([cpu(0), Device(2, 0)]))
+        [graphrt.device('cpu:0')]
+    """
+    host = host_memory_bytes()
+    return {dev: host for dev in devices if dev.type_code in (CPU, SIM)}
+
+
+# --- graphs, bundles and libs ----------------------------------------------------------------
+
+
+def add_graph_argument(parser: argparse.ArgumentParser) -> None:
+    """Add the positional ``GRAPH`` argument (a graph JSON file or a bundle) to a command.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_graph_argument(parser)
+        >>> parser.parse_args(["g.json"]).graph
+        'g.json'
+    """
+    parser.add_argument("graph", metavar="GRAPH",
+                        help="graph JSON file, or a bundle (directory or single file)")
+
+
+def add_lib_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--lib LIB.json``: the declarative lib of a graph JSON file (a bundle has its own).
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_lib_option(parser)
+        >>> parser.parse_args(["--lib", "lib.json"]).lib
+        'lib.json'
+    """
+    parser.add_argument(
+        "--lib", metavar="LIB.json",
+        help="for a graph JSON file: its declarative lib; every func_name must be defined, "
+             "every function type-checks against its nodes, and its intermediates (scratch) "
+             "are planned and counted")
+
+
+def is_bundle_path(path: str | Path) -> bool:
+    """Whether ``path`` is to be read as a bundle: a directory or a zip file.
+
+    Example:
+        >>> is_bundle_path("examples/graphs/duplex.json")
+        False
+    """
+    where = Path(path)
+    return where.is_dir() or is_zip(where)
+
+
+def open_bundle(path: str | Path) -> Bundle:
+    """:func:`graphrt.load_bundle`, saying plainly that a directory without a manifest is not
+    a bundle (rather than naming the first of its files that a bundle cannot hold).
+
+    Raises:
+        BundleError: as load_bundle.
+
+    Example:
+        >>> open_bundle("examples/bundles/mlp").metadata["model"]  # doctest: +SKIP
+        'mlp'
+    """
+    where = Path(path)
+    if where.is_dir() and not (where / MANIFEST).is_file():
+        raise BundleError(f"not a bundle: no {MANIFEST} in {where} (a bundle directory holds "
+                          f"{', '.join(MEMBERS)})")
+    return load_bundle(where)
+
+
+@contextmanager
+def lowering_on_host() -> Iterator[None]:
+    """Quiet graphrt's log while a graph is compiled on the host only to check its lib: that
+    compilation falls back for every accelerator entry, which says nothing about the plan the
+    command reports (whose fallbacks the command reports itself)."""
+    logger = logging.getLogger("graphrt")
+
+    def drop(record: logging.LogRecord) -> bool:
+        return False
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a command was given: a graph, the bundle it came from (None for a JSON file), and
+    the lib given with ``--lib`` (None when none was)."""
+
+    graph: Graph
+    bundle: Bundle | None = None
+    library: Library | None = None
+
+    def scratch_plan(self, plan: StoragePlan) -> StoragePlan:
+        """``plan`` with the intermediates of the lib's functions laid out, the lib being
+        checked against the graph on the way (lowered on the host: nothing is allocated and
+        no GPU is needed); ``plan`` itself when no lib is known.
+
+        Raises:
+            BundleError: a bundle's function that does not fit a node.
+            KernelNotFoundError, GraphFormatError: a ``--lib`` that lacks a func_name the
+                graph uses, or whose function does not fit a node.
+        """
+        with lowering_on_host():
+            if self.bundle is not None:
+                compiled = self.bundle.compile_on_host()
+            elif self.library is not None:
+                compiled = compile_graph(self.graph, self.library, (cpu(0),))
+            else:
+                return plan
+        return with_scratch(plan, scratch_needs(compiled.programs))
+
+
+def load_source(path: str, lib: str | None = None) -> Source:
+    """Load a graph JSON file (with its ``--lib``), or a bundle (a directory or a zip file),
+    verifying it.
+
+    Raises:
+        UsageError: a lib given with a bundle.
+        GraphFormatError: a graph or lib file that cannot be read or is not valid.
+        BundleError: a bundle that fails any check.
+
+    Example:
+        >>> load_source("examples/bundles/mlp").bundle.metadata["model"]  # doctest: +SKIP
+        'mlp'
+    """
+    if is_bundle_path(path):
+        if lib is not None:
+            raise UsageError(f"--lib is for a graph JSON file; {path} is a bundle, which holds "
+                             "its own lib")
+        bundle = open_bundle(path)
+        return Source(bundle.graph, bundle)
+    graph = load_graph(Path(path))
+    return Source(graph, library=None if lib is None else Library.from_json(Path(lib)))
+
+
+def plan_source(args: argparse.Namespace) -> tuple[Source, StoragePlan]:
+    """Load ``args.graph`` (a graph or a bundle) and plan it as the placement options ask,
+    allocating nothing: a cuda device is planned for, not opened. A bundle's lib, or the
+    ``--lib`` of a graph, is checked and its scratch planned; storage on cpu and sim is
+    checked against the host's memory.
+
+    Raises:
+        UsageError: as :func:`placement_of` and :func:`load_source`.
+        GraphFormatError, BundleError, PlacementError, KernelNotFoundError.
+
+    Example:
+        >>> from graphrt.cli import build_parser
+        >>> args = build_parser().parse_args(["inspect", "examples/graphs/duplex.json"])
+        >>> source, plan = plan_source(args)
+        >>> len(plan.fallbacks)
+        6
+    """
+    placement = placement_of(args)
+    source = load_source(args.graph, getattr(args, "lib", None))
+    plan = plan_storage(source.graph, placement.devices, strict=placement.strict,
+                        device_map=placement.device_map)
+    plan = source.scratch_plan(plan)
+    check_capacity(source.graph, plan, host_capacity(plan.devices))
+    return source, plan
