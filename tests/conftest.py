@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import graphrt
 from graphrt.devices import locate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
+MODELS = EXAMPLES.parent / "models"
 EXAMPLE_GRAPHS = sorted(path.stem for path in EXAMPLES.glob("*.json"))
 
 
@@ -77,3 +79,27 @@ def random_inputs(mod: graphrt.GraphModule, seed: int = 0) -> dict[str, np.ndarr
     info = mod.get_input_info()
     return {name: rng.standard_normal(shape).astype(info["dtype"][name])
             for name, shape in info["shape"].items()}
+
+
+@pytest.fixture
+def allocations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Every ``Backend.allocate`` call's byte count, on cpu and sim."""
+    from graphrt.devices import Backend, backend_for
+
+    calls: list[int] = []
+    for cls in {type(backend_for(graphrt.device(d))) for d in ("cpu", "sim")}:
+        original = cls.allocate
+
+        def counted(self: Backend, nbytes: int, _original: Any = original) -> Any:
+            calls.append(nbytes)
+            return _original(self, nbytes)
+
+        monkeypatch.setattr(cls, "allocate", counted)
+    yield calls
+
+
+def host(array: Any) -> np.ndarray:
+    """A numpy copy of a cpu or sim array."""
+    out = np.empty(array.shape, array.dtype)
+    np.copyto(out, np.asarray(array).view(np.ndarray))
+    return out

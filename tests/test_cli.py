@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from builders import GraphBuilder
+from cli_harness import run_cli
 from conftest import EXAMPLES, example_graph
 
 import graphrt
@@ -41,11 +42,6 @@ COMPAT_BYTES = {
 }
 needs_compat = pytest.mark.skipif(not COMPAT.is_dir(), reason=f"{COMPAT} is absent")
 
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def write_graph(tmp_path: Path, graph: dict[str, Any], name: str = "graph.json") -> str:

@@ -22,6 +22,7 @@ from bundle_fixtures import (
     save_model,
     write_directory,
 )
+from cli_harness import failed, run_cli
 from conftest import EXAMPLES, strict_add, strict_sub
 
 import graphrt
@@ -32,19 +33,6 @@ MLP = str(BUNDLES / "mlp")
 CNN = str(BUNDLES / "cnn.grb")
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def failed(capsys: pytest.CaptureFixture[str], error: str, *argv: str) -> str:
-    """Run; it must exit 1 with ``error: ...`` on stderr and no traceback. Returns stderr."""
-    status, out, err = run_cli(capsys, *argv)
-    assert status == 1 and out == ""
-    assert err.startswith(f"{error}: "), err
-    assert "Traceback" not in err and err.count("\n") == 1
-    return err
 
 
 def expected_mlp(x: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ import orjson
 import pytest
 from builders import GraphBuilder
 from bundle_fixtures import BUNDLES, ROOT, model_parts
+from cli_harness import failed, run_cli
 from conftest import EXAMPLES
 
 import graphrt
@@ -37,19 +38,6 @@ ADD_SUB_LIB = {"functions": {
                      "body": [{"op": "subtract", "inputs": ["a", "b"], "outputs": ["y"]}]}}}
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def failed(capsys: pytest.CaptureFixture[str], error: str, *argv: str) -> str:
-    """Run; it must exit 1 with ``error: ...`` on stderr and no traceback. Returns stderr."""
-    status, out, err = run_cli(capsys, *argv)
-    assert (status, out) == (1, ""), err
-    assert err.startswith(f"{error}: "), err
-    assert "Traceback" not in err and err.count("\n") == 1
-    return err
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

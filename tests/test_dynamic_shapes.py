@@ -5,46 +5,24 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from builders import GraphBuilder
+from conftest import MODELS, host
 
 import graphrt
 from graphrt.cli import main
-from graphrt.devices.base import Backend
 from graphrt.lib import TensorType
 
-MODELS = Path(__file__).resolve().parents[1] / "examples" / "models"
 sys.path.insert(0, str(MODELS))
 
-import reference  # noqa: E402
+import reference
 
 DEVICES = ["cpu", "sim"]
 
-
-def host(array: Any) -> np.ndarray:
-    out = np.empty(array.shape, array.dtype)
-    np.copyto(out, np.asarray(array).view(np.ndarray))
-    return out
-
-
-@pytest.fixture
-def allocations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Every ``Backend.allocate`` call's byte count, on every device kind."""
-    calls: list[int] = []
-    for cls in {type(graphrt.devices.backend_for(graphrt.device(d))) for d in DEVICES}:
-        original = cls.allocate
-
-        def counted(self: Backend, nbytes: int, _original: Any = original) -> Any:
-            calls.append(nbytes)
-            return _original(self, nbytes)
-
-        monkeypatch.setattr(cls, "allocate", counted)
-    yield calls
 
 
 # -- the dynamic-batch MLP ---------------------------------------------------------------------

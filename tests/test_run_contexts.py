@@ -8,30 +8,24 @@ import gc
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from builders import GraphBuilder
+from conftest import MODELS, host
 
 import graphrt
 from graphrt.devices.base import Backend
 from graphrt.executor.compiled import run_calls
 
-MODELS = Path(__file__).resolve().parents[1] / "examples" / "models"
 sys.path.insert(0, str(MODELS))
 
-import reference  # noqa: E402
+import reference
 
 DEVICES = ["cpu", "sim"]
-
-
-def host(array: Any) -> np.ndarray:
-    out = np.empty(array.shape, array.dtype)
-    np.copyto(out, np.asarray(array).view(np.ndarray))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -56,20 +50,6 @@ def inputs_for(thread: int, count: int, like: np.ndarray) -> list[np.ndarray]:
     rng = np.random.default_rng(100 + thread)
     return [rng.standard_normal(like.shape).astype(like.dtype) for _ in range(count)]
 
-
-@pytest.fixture
-def allocations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Every ``Backend.allocate`` call's byte count, on cpu and sim."""
-    calls: list[int] = []
-    for cls in {type(graphrt.devices.backend_for(graphrt.device(d))) for d in DEVICES}:
-        original = cls.allocate
-
-        def counted(self: Backend, nbytes: int, _original: Any = original) -> Any:
-            calls.append(nbytes)
-            return _original(self, nbytes)
-
-        monkeypatch.setattr(cls, "allocate", counted)
-    yield calls
 
 
 # -- concurrency -------------------------------------------------------------------------------
