@@ -8,11 +8,12 @@ mutates, and ``GraphModule``, the TVM-style facade giving each thread its own co
 - ``module.py``: :class:`GraphModule` and :func:`create`.
 """
 
+from .benchmark import BenchmarkResult
 from .compiled import CompiledGraph, compile_graph, scratch_needs
 from .context import RunContext
 from .memory import MemoryReport
 from .module import GraphModule, create
 from .transfers import TransferLog, TransferStats
 
-__all__ = ["CompiledGraph", "GraphModule", "MemoryReport", "RunContext", "TransferLog",
-           "TransferStats", "compile_graph", "create", "scratch_needs"]
+__all__ = ["BenchmarkResult", "CompiledGraph", "GraphModule", "MemoryReport", "RunContext",
+           "TransferLog", "TransferStats", "compile_graph", "create", "scratch_needs"]
