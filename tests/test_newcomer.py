@@ -129,3 +129,12 @@ def test_graphs_libs_and_manifests_read_json_the_same_way(reader: str, tmp_path:
     if reader != "manifest":
         with pytest.raises(error, match=rf"cannot read {reader} file .*no-such"):
             read(str(tmp_path / "no-such.json"))
+
+
+def test_index_lookups_refuse_names_that_are_not_str() -> None:
+    mod = graphrt.create(alike_outputs(), {"double": double})
+    for lookup in (mod.get_input_index, mod.get_output_index):
+        for bad in ([1], 3, None):
+            with pytest.raises(graphrt.InputError, match="name is a str, given"):
+                lookup(bad)  # type: ignore[arg-type]
+    assert mod.get_input_index("x") == 0 and mod.get_input_index("nope") == -1

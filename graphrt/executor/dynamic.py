@@ -45,7 +45,6 @@ class ShapeStage:
 
     def __init__(self, runner: DynamicRunner, node: ShapeNode) -> None:
         self._runner = weakref.ref(runner)  # no cycle: a dropped context frees at once
-        self.node = runner.graph.nodes[node.nid]
         self._shape_node = node
         self.moved: list[tuple[Device, Device, int]] = []
 

@@ -244,8 +244,12 @@ class GraphModule:
         return len(self.compiled.input_eids)
 
     def get_input_index(self, name: str) -> int:
-        """Position of the input called ``name``, or -1 if there is none."""
-        return self.compiled.input_index.get(name, -1)
+        """Position of the input called ``name``, or -1 if there is none.
+
+        Raises:
+            InputError: ``name`` is not a str.
+        """
+        return self.compiled.input_index.get(_name(name, "input"), -1)
 
     def get_input_info(self) -> dict[str, dict[str, Any]]:
         """``{"shape": {name: shape}, "dtype": {name: dtype}}`` of every input."""
@@ -262,9 +266,10 @@ class GraphModule:
         names several outputs would share get ``#<position>`` (see :attr:`Graph.output_names`).
 
         Raises:
-            InputError: ``name`` is such a shared name; the message lists the candidates.
+            InputError: ``name`` is such a shared name (the message lists the candidates), or
+                not a str.
         """
-        candidates = self.graph.output_aliases.get(name)
+        candidates = self.graph.output_aliases.get(_name(name, "output"))
         if candidates:
             raise InputError(f"output name {name!r} is ambiguous; give one of "
                              f"{listing(candidates)}")
@@ -278,6 +283,12 @@ class GraphModule:
         entries = [self.graph.entries[eid] for eid in eids]
         return {"shape": {name: e.shape_text for name, e in zip(names, entries, strict=True)},
                 "dtype": {name: e.dtype.name for name, e in zip(names, entries, strict=True)}}
+
+
+def _name(name: object, kind: str) -> str:
+    if not isinstance(name, str):
+        raise InputError(f"an {kind} name is a str, given {type(name).__name__} {name!r:.60}")
+    return name
 
 
 def _mapping_items(params: object) -> Any:
