@@ -22,6 +22,7 @@ from ._version import __version__
 from .devices import Device, cpu, cuda, device, sim, sim_counters
 from .errors import (
     BundleError,
+    ConversionError,
     DeviceError,
     ExecutionError,
     GraphFormatError,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .bundle import Bundle, BundleLimits, load_bundle, save_bundle
     from .executor import GraphModule, MemoryReport, TransferLog, TransferStats, create
     from .lib import Library
+    from .onnx import from_onnx
     from .params import load_params, save_params
     from .schema import Graph, load_graph
 
@@ -45,7 +47,7 @@ _LAZY = {
     "save_bundle": ".bundle", "GraphModule": ".executor", "MemoryReport": ".executor",
     "TransferLog": ".executor", "TransferStats": ".executor", "create": ".executor",
     "Library": ".lib", "load_params": ".params", "save_params": ".params", "Graph": ".schema",
-    "load_graph": ".schema",
+    "load_graph": ".schema", "from_onnx": ".onnx",
 }
 
 
@@ -66,6 +68,7 @@ __all__ = [
     "Bundle",
     "BundleError",
     "BundleLimits",
+    "ConversionError",
     "Device",
     "DeviceError",
     "ExecutionError",
@@ -85,6 +88,7 @@ __all__ = [
     "create",
     "cuda",
     "device",
+    "from_onnx",
     "load_bundle",
     "load_graph",
     "load_params",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "BundleError",
+    "ConversionError",
     "DeviceError",
     "ExecutionError",
     "GraphFormatError",
@@ -67,6 +68,12 @@ class ExecutionError(GraphrtError):
         self.node_name = node_name
         self.func_name = func_name
         self.device = device
+
+
+class ConversionError(GraphrtError):
+    """A model cannot be converted: an ONNX model that is malformed, or uses an op, opset or
+    dtype graphrt does not support (every such node is listed at once), or needs a value to be
+    constant that is not."""
 
 
 class BundleError(GraphrtError):

@@ -13,11 +13,11 @@ Example:
 """
 
 from .archive import is_zip, open_archive
-from .bundle import Bundle, load_bundle
+from .bundle import Bundle, bundle_from_parts, load_bundle
 from .manifest import FORMAT_VERSION, Manifest, MemberDigest, TensorSpec, parse_manifest
 from .members import GRAPH, LIB, MANIFEST, MEMBERS, PARAMS, BundleLimits
 from .safetensors import read_safetensors, write_safetensors
-from .save import save_bundle
+from .save import BundleParts, prepare_bundle, save_bundle
 
 __all__ = [
     "FORMAT_VERSION",
@@ -27,14 +27,17 @@ __all__ = [
     "MEMBERS",
     "PARAMS",
     "Bundle",
+    "BundleParts",
     "BundleLimits",
     "Manifest",
     "MemberDigest",
     "TensorSpec",
+    "bundle_from_parts",
     "is_zip",
     "load_bundle",
     "open_archive",
     "parse_manifest",
+    "prepare_bundle",
     "read_safetensors",
     "save_bundle",
     "write_safetensors",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -37,9 +37,12 @@ from .interface import (
 )
 from .manifest import Manifest, TensorSpec, parse_manifest
 from .members import GRAPH, LIB, MANIFEST, PARAMS, BundleLimits
-from .safetensors import read_safetensors_header, tensor_view
+from .save import BundleParts, _archive_kind, write_parts
+from .writer import ArchiveKind, HashingWriter
+from .manifest import MemberDigest
+from .safetensors import read_safetensors_header, tensor_view, write_safetensors
 
-__all__ = ["Bundle", "load_bundle"]
+__all__ = ["Bundle", "bundle_from_parts", "load_bundle"]
 
 Array = np.ndarray[Any, Any]
 T = TypeVar("T")
@@ -54,7 +57,8 @@ class Bundle:
 
     Attributes:
         path: where the bundle was loaded from.
-        kind: ``"directory"`` or ``"zip"``.
+        kind: ``"directory"``, ``"zip"``, or ``"memory"`` for a bundle made in this process
+            (by :func:`graphrt.from_onnx`) and not yet saved.
         manifest: the parsed ``manifest.json``.
         digest: SHA-256 of ``manifest.json``, which pins every member (it lists their
             checksums): the bundle's identity.
@@ -76,6 +80,8 @@ class Bundle:
     graph: Graph
     lib: Library
     params: Mapping[str, Array]
+    documents: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    """The verified bytes of ``graph.json`` and ``lib.json``, as read or made."""
 
     @property
     def metadata(self) -> Mapping[str, JsonValue]:
@@ -126,6 +132,20 @@ class Bundle:
                 f"{', '.join(self.external_kernels) or 'none'})") from err
         module.load_params(self.params)
         return module
+
+    def save(self, path: str | os.PathLike[str], *, archive: ArchiveKind | None = None,
+             overwrite: bool = False) -> Path:
+        """Write this bundle (a directory, or a zip when ``path`` ends in ``.grb``/``.zip``).
+
+        Example:
+            >>> graphrt.from_onnx("model.onnx").save("model.grb")  # doctest: +SKIP
+            PosixPath('model.grb')
+        """
+        target = Path(path)
+        parts = BundleParts(self.documents[GRAPH], self.documents[LIB], self.graph, self.lib,
+                            dict(self.params), self.manifest)
+        write_parts(target, _archive_kind(target, archive), parts, overwrite=overwrite)
+        return target
 
     def compile_on_host(self) -> CompiledGraph:
         """The bundle compiled for the host, allocating nothing: every declarative function
@@ -270,4 +290,38 @@ def load_bundle(path: str | os.PathLike[str], *, limits: BundleLimits | None = N
     check_external_kernels(manifest, graph, lib.spec().functions)
     params = {spec.name: tensor_view(mapped, tensors[spec.name]) for spec in manifest.params}
     return Bundle(Path(path), kind, manifest, hashlib.sha256(raw_manifest).hexdigest(), graph,
-                  lib, MappingProxyType(params))
+                  lib, MappingProxyType(params), MappingProxyType(documents))
+
+
+class _Discard:
+    def write(self, data: bytes | memoryview, /) -> int:
+        return memoryview(data).nbytes
+
+
+def bundle_from_parts(parts: BundleParts, label: str = "<memory>") -> Bundle:
+    """A bundle held in memory: the members :func:`prepare_bundle` checked, with the manifest
+    (and so the digest) that saving them would write.
+
+    Example:
+        >>> from graphrt.bundle.save import prepare_bundle
+        >>> parts = prepare_bundle("examples/models/mlp/graph.json",
+        ...                        "examples/models/mlp/lib.json")
+        >>> bundle_from_parts(parts).kind
+        'memory'
+    """
+    params = HashingWriter(_Discard())  # type: ignore[arg-type]
+    write_safetensors(params, parts.tensors, {"format": "graphrt.params"})
+    digests = {GRAPH: _digest(parts.graph_bytes), LIB: _digest(parts.lib_bytes),
+               PARAMS: params.digest()}
+    manifest = parts.manifest.model_copy(update={"members": digests})
+    raw_manifest = manifest.to_json()
+    tensors = {name: array.view() for name, array in parts.tensors.items()}
+    for array in tensors.values():
+        array.flags.writeable = False
+    return Bundle(Path(label), "memory", manifest, hashlib.sha256(raw_manifest).hexdigest(),
+                  parts.graph, parts.library, MappingProxyType(tensors),
+                  MappingProxyType({GRAPH: parts.graph_bytes, LIB: parts.lib_bytes}))
+
+
+def _digest(content: bytes) -> MemberDigest:
+    return MemberDigest(size=len(content), sha256=hashlib.sha256(content).hexdigest())

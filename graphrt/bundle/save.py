@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
@@ -23,7 +24,8 @@ from .members import GRAPH, LIB, PARAMS
 from .safetensors import BinaryWriter, read_safetensors, write_safetensors
 from .writer import ArchiveKind, write_archive
 
-__all__ = ["GraphDocument", "LibDocument", "ParamsSource", "save_bundle"]
+__all__ = ["BundleParts", "GraphDocument", "LibDocument", "ParamsSource", "prepare_bundle",
+           "save_bundle", "write_parts"]
 
 GraphDocument = Union[str, bytes, bytearray, "os.PathLike[str]", dict[str, Any], GraphSpec]
 """Graph JSON as text, bytes, a path, a dict or a parsed ``GraphSpec`` (not a built Graph)."""
@@ -171,13 +173,45 @@ def save_bundle(path: str | os.PathLike[str], graph: GraphDocument, lib: LibDocu
     """
     target = Path(path)
     kind = _archive_kind(target, archive)
+    parts = prepare_bundle(graph, lib, params, metadata)
+    write_parts(target, kind, parts, overwrite=overwrite)
+    return target
+
+
+@dataclass(frozen=True)
+class BundleParts:
+    """What a bundle holds, checked and serialized, before it is written anywhere."""
+
+    graph_bytes: bytes
+    lib_bytes: bytes
+    graph: Graph
+    library: Library
+    tensors: dict[str, Array]
+    manifest: Manifest
+
+
+def prepare_bundle(graph: GraphDocument, lib: LibDocument = None, params: ParamsSource = None,
+                   metadata: Mapping[str, Any] | None = None) -> BundleParts:
+    """Check and serialize a bundle's members (what :func:`save_bundle` writes).
+
+    Raises:
+        GraphFormatError, BundleError: as :func:`save_bundle`.
+    """
     graph_bytes = _graph_bytes(graph)
     built = load_graph(graph_bytes)
-    lib_bytes, external = _lib_bytes(_library(lib), built)
+    library = _library(lib)
+    lib_bytes, external = _lib_bytes(library, built)
     tensors = _params(params)
     check_params_fit(built, {name: (array.shape, str(array.dtype.newbyteorder("=")))
                              for name, array in tensors.items()}, "params")
     manifest = _manifest(built, tensors, external, metadata)
+    return BundleParts(graph_bytes, lib_bytes, built, library, tensors, manifest)
+
+
+def write_parts(target: Path, kind: ArchiveKind, parts: BundleParts, *,
+                overwrite: bool = False) -> None:
+    """Write prepared members atomically as a directory or zip bundle at ``target``."""
+    tensors, manifest = parts.tensors, parts.manifest
 
     def write_params(stream: BinaryWriter) -> None:
         write_safetensors(stream, tensors, {"format": "graphrt.params"})
@@ -185,6 +219,5 @@ def save_bundle(path: str | os.PathLike[str], graph: GraphDocument, lib: LibDocu
     def manifest_bytes(digests: dict[str, MemberDigest]) -> bytes:
         return manifest.model_copy(update={"members": digests}).to_json()
 
-    write_archive(target, kind, [(GRAPH, graph_bytes), (LIB, lib_bytes),
+    write_archive(target, kind, [(GRAPH, parts.graph_bytes), (LIB, parts.lib_bytes),
                                  (PARAMS, write_params)], manifest_bytes, overwrite=overwrite)
-    return target

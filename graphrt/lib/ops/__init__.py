@@ -3,7 +3,20 @@
 Importing this package registers every op in :data:`OPS`.
 """
 
-from . import elementwise, nn, transform  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    activations,
+    attention,
+    convolution,
+    elementwise,
+    indexing,
+    nn,
+    normalization,
+    pooling,
+    quantize,
+    reductions,
+    resize,
+    transform,
+)
 from .base import (
     OPS,
     Attrs,

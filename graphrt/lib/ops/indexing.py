@@ -1,0 +1,3 @@
+"""Standard ops: indexing (used by the ONNX frontend; numpy and cupy)."""
+
+from __future__ import annotations

@@ -1,0 +1,162 @@
+"""graphrt as an ONNX backend (``onnx.backend.base.Backend``), so ONNX's own conformance suite
+(``onnx.backend.test.BackendTest``) runs against it.
+
+``prepare`` checks every node is supported and converts the model. Where the model leaves
+something to run time that graphrt fixes at conversion (a symbolic input dimension, or a graph
+input that feeds a shape, axes or pads), the representation specializes on each run's input
+shapes and those inputs' values, converting once per distinct specialization and caching the
+module.
+
+Example:
+    >>> import numpy as np
+    >>> from onnx import TensorProto, helper
+    >>> import graphrt.onnx.backend as backend
+    >>> graph = helper.make_graph(
+    ...     [helper.make_node("Relu", ["x"], ["y"])], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    >>> backend.run_model(model, [np.array([-1.0, 2.0], "float32")])[0]
+    array([0., 2.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from onnx.backend.base import Backend, BackendRep
+
+from ..devices import Device, backend_for
+from ..devices import device as make_device
+from ..errors import ConversionError, DeviceError
+from .builder import NotConstantError
+from .convert import from_onnx
+from .model import load_model
+from .registry import check_supported
+
+__all__ = ["GraphrtBackend", "GraphrtRep", "prepare", "run_model", "supports_device"]
+
+_MAX_SPECIALIZATIONS = 64
+
+
+def _device(spec: str) -> Device:
+    kind, _, ordinal = str(spec).lower().partition(":")
+    return make_device(f"{kind}:{ordinal or 0}")
+
+
+class GraphrtRep(BackendRep):  # type: ignore[misc]
+    """A prepared model: ``run(inputs)`` returns its outputs as a list of numpy arrays."""
+
+    def __init__(self, model: Any, device: str, options: Mapping[str, Any]) -> None:
+        self._proto = load_model(model).proto
+        check_supported(load_model(self._proto).nodes)
+        self._device = _device(device)
+        self._options = dict(options)
+        graph = self._proto.graph
+        initializers = {t.name for t in graph.initializer}
+        self._inputs = [vi.name for vi in graph.input if vi.name not in initializers]
+        self._frozen: list[str] = []  # inputs whose values the conversion needs
+        self._modules: dict[Any, Any] = {}
+        self._static = all(
+            d.HasField("dim_value") for vi in graph.input if vi.name not in initializers
+            for d in vi.type.tensor_type.shape.dim) and all(
+            vi.type.tensor_type.HasField("shape") for vi in graph.input
+            if vi.name not in initializers)
+        if self._static:
+            try:
+                self._modules[()] = self._build({}, {})
+            except NotConstantError as err:
+                if err.value not in self._inputs:
+                    raise
+                self._frozen.append(err.value)
+
+    def _build(self, shapes: Mapping[str, Sequence[int]], constants: Mapping[str, Any]) -> Any:
+        bundle = from_onnx(self._proto, shapes=shapes or None, constants=constants or None,
+                           **self._options)
+        return bundle.create(self._device)
+
+    def _module(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> Any:
+        if () in self._modules:
+            return self._modules[()]
+        while True:
+            key = tuple((name, feeds[name].shape) for name in self._inputs) + tuple(
+                (name, feeds[name].tobytes()) for name in self._frozen)
+            module = self._modules.get(key)
+            if module is not None:
+                return module
+            shapes = {name: feeds[name].shape for name in self._inputs
+                      if name not in self._frozen}
+            constants = {name: feeds[name] for name in self._frozen}
+            try:
+                module = self._build(shapes, constants)
+            except NotConstantError as err:
+                if err.value not in self._inputs or err.value in self._frozen:
+                    raise
+                self._frozen.append(err.value)
+                continue
+            if len(self._modules) >= _MAX_SPECIALIZATIONS:
+                self._modules.pop(next(iter(self._modules)))
+            self._modules[key] = module
+            return module
+
+    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray[Any, Any]]:
+        """Run on ``inputs``: a list in graph-input order, a dict by name, or one array."""
+        if isinstance(inputs, Mapping):
+            feeds = {name: np.asarray(value) for name, value in inputs.items()}
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            if len(inputs) > len(self._inputs):
+                raise ConversionError(f"the model takes {len(self._inputs)} inputs, given "
+                                      f"{len(inputs)}")
+            feeds = {name: np.asarray(value) for name, value in zip(self._inputs, inputs,
+                                                                    strict=False)}
+        missing = [name for name in self._inputs if name not in feeds]
+        if missing:
+            raise ConversionError(f"no value given for input(s) {', '.join(missing)}")
+        module = self._module(feeds)
+        run_feeds = {name: value for name, value in feeds.items() if name not in self._frozen}
+        outputs = module(**run_feeds)
+        results = []
+        for out in outputs:
+            if isinstance(out, np.ndarray):
+                results.append(np.array(out, copy=True))
+            else:
+                host = np.empty(out.shape, out.dtype)
+                backend_for(self._device).download(out, host)
+                results.append(host)
+        return results
+
+
+class GraphrtBackend(Backend):  # type: ignore[misc]
+    """ONNX's backend interface over graphrt."""
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> GraphrtRep:
+        """Check and convert ``model`` for ``device`` (``"CPU"``, ``"CUDA"``, ``"SIM"``);
+        ``kwargs`` are :func:`graphrt.from_onnx` options."""
+        super().prepare(model, device, **kwargs)
+        return GraphrtRep(model, device, kwargs)
+
+    @classmethod
+    def run_model(cls, model: Any, inputs: Any, device: str = "CPU",
+                  **kwargs: Any) -> list[np.ndarray[Any, Any]]:
+        """Prepare ``model`` and run it once on ``inputs``."""
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        """Whether graphrt can run on ``device`` here (CUDA needs cupy and a GPU)."""
+        try:
+            backend_for(_device(device))
+        except (DeviceError, ValueError):
+            return False
+        return True
+
+
+prepare = GraphrtBackend.prepare
+run_model = GraphrtBackend.run_model
+run_node = GraphrtBackend.run_node
+supports_device = GraphrtBackend.supports_device

@@ -1,0 +1,181 @@
+"""The frontend's intermediate form: standard-op steps over named values, folded as emitted.
+
+Converters translate each ONNX node into calls of :meth:`Builder.op`, which infers the output
+types with the op's own shape function (the one the runtime uses) and, when every input is a
+constant, runs the op on the host at once: Shape → Gather → Concat → Reshape chains and
+ConstantOfShape weights become constants here, never steps.
+
+Example:
+    >>> import numpy as np
+    >>> b = Builder()
+    >>> x = b.input("x", TensorType((2, 3), "float32"))
+    >>> w = b.constant(np.ones((4, 3), "float32"))
+    >>> (y,) = b.op("dense", [x, w])
+    >>> b.type(y), len(b.steps)
+    (TensorType(shape=(2, 4), dtype='float32'), 1)
+    >>> (z,) = b.op("add", [w, w])          # all inputs constant: folded, no step
+    >>> float(b.constant_value(z)[0, 0]), len(b.steps)
+    (2.0, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from ..errors import ConversionError
+from ..lib.ops import OpError, TensorType, get_op
+
+__all__ = ["Builder", "Step", "TensorType"]
+
+Array = np.ndarray[Any, Any]
+
+FOLD_LIMIT = 1 << 26
+"""Largest constant (bytes) the builder computes at import; bigger results stay steps."""
+
+
+@dataclass
+class Step:
+    """``outputs = op(inputs, **attrs)``, made while converting ONNX node ``source``.
+
+    Attributes:
+        device: the device type (``"cpu"``, ``"cuda"``, ...) placement chose, or None
+            until placement runs.
+    """
+
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+    source: str
+    device: str | None = None
+
+
+@dataclass
+class Builder:
+    """Values (graph inputs, constants, step outputs) and the steps that make them."""
+
+    types: dict[str, TensorType] = field(default_factory=dict)
+    constants: dict[str, Array] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    source: str = ""
+    """The ONNX node being converted (set by the converter driver, recorded in steps)."""
+    _count: int = 0
+
+    def _fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"%{self._count}:{hint}"
+
+    def input(self, name: str, tensor: TensorType) -> str:
+        """Declare a graph input."""
+        self.types[name] = tensor
+        self.inputs.append(name)
+        return name
+
+    def constant(self, value: Any, dtype: str | None = None, name: str | None = None) -> str:
+        """A constant value (an initializer, an attribute, a folded result)."""
+        array = np.asarray(value, dtype=dtype)
+        if array.dtype == np.dtype("O"):
+            raise ConversionError(f"{self.source}: a constant of Python objects is not a tensor")
+        key = name or self._fresh("const")
+        self.constants[key] = array
+        self.types[key] = TensorType(tuple(int(d) for d in array.shape), str(array.dtype))
+        return key
+
+    def type(self, name: str) -> TensorType:
+        """The type of value ``name``."""
+        return self.types[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.types[name].shape
+
+    def dtype(self, name: str) -> str:
+        return self.types[name].dtype
+
+    def is_constant(self, name: str) -> bool:
+        return name in self.constants
+
+    def constant_value(self, name: str, what: str = "") -> Array:
+        """The value of constant ``name``.
+
+        Raises:
+            ConversionError: ``name`` is computed at run time; the message names ``what`` and
+                says how to make it constant.
+        """
+        value = self.constants.get(name)
+        if value is None:
+            raise NotConstantError(self.source, name, what)
+        return value
+
+    def op(self, op_name: str, inputs: Sequence[str], attrs: Mapping[str, Any] | None = None,
+           num_outputs: int | None = None) -> list[str]:
+        """Apply standard op ``op_name``; returns its output value names.
+
+        The output types come from the op's shape function; when every input is a constant
+        the op runs on the host now and its outputs are constants.
+
+        Raises:
+            ConversionError: bad attributes, or the shape function refuses the inputs.
+        """
+        op = get_op(op_name)
+        attr_dict = dict(attrs or {})
+        try:
+            parsed = op.attrs.model_validate(attr_dict)
+        except ValidationError as err:
+            raise ConversionError(f"{self.source}: op {op_name!r} refuses attributes "
+                                  f"{attr_dict}: {err.errors()[0]['msg']}") from None
+        in_types = [self.types[name] for name in inputs]
+        data = [self.constants.get(name) if needed else None
+                for name, needed in zip(inputs, op.needs_data(len(inputs)), strict=True)]
+        if any(needed and value is None for needed, value in
+               zip(op.needs_data(len(inputs)), data, strict=True)):
+            raise ConversionError(f"{self.source}: op {op_name!r} needs constant shape inputs")
+        try:
+            out_types = op.infer(in_types, parsed, data)
+        except OpError as err:
+            shown = ", ".join(f"{t.dtype}{list(t.shape)}" for t in in_types)
+            raise ConversionError(f"{self.source}: {err} (op {op_name!r}, inputs {shown})"
+                                  ) from None
+        if num_outputs is not None and num_outputs != len(out_types):
+            raise ConversionError(f"{self.source}: op {op_name!r} makes {len(out_types)} "
+                                  f"outputs, expected {num_outputs}")
+        if inputs and all(name in self.constants for name in inputs) and all(
+                np.prod(t.shape, dtype=np.int64) * np.dtype(t.dtype).itemsize <= FOLD_LIMIT
+                for t in out_types):
+            return self._fold(op_name, op, parsed, inputs, out_types)
+        outputs = [self._fresh(op_name) for _ in out_types]
+        for name, tensor in zip(outputs, out_types, strict=True):
+            self.types[name] = tensor
+        self.steps.append(Step(op_name, list(inputs), outputs, attr_dict, self.source))
+        return outputs
+
+    def _fold(self, op_name: str, op: Any, attrs: Any, inputs: Sequence[str],
+              out_types: Sequence[TensorType]) -> list[str]:
+        arrays = [self.constants[name] for name in inputs]
+        outs = [np.empty(t.shape, t.dtype) for t in out_types]
+        try:
+            with np.errstate(all="ignore"):
+                op.positional(np, attrs, len(arrays))(*arrays, *outs)
+        except Exception as err:  # the op's own compute: name it and the node
+            raise ConversionError(f"{self.source}: folding op {op_name!r} on constants failed: "
+                                  f"{type(err).__name__}: {err}") from None
+        return [self.constant(out) for out in outs]
+
+
+class NotConstantError(ConversionError):
+    """A value a converter needs at import time (a shape, axes, pads) is computed at run time.
+
+    Attributes:
+        value: the ONNX value name.
+    """
+
+    def __init__(self, where: str, value: str, what: str) -> None:
+        super().__init__(f"{where}: {what or 'this input'} ({value!r}) must be known when the "
+                         "model is converted, but it is computed at run time; if it is a graph "
+                         f"input, give its value: from_onnx(model, constants={{{value!r}: ...}})")
+        self.value = value

@@ -1,0 +1,190 @@
+"""``from_onnx``: an ONNX model in, an ordinary graphrt bundle out.
+
+The passes, in order: load and check the model (``model.py``), refuse every unsupported
+(op, opset) at once (``registry.py``), convert node by node into standard-op steps with
+constants folded as they appear (``builder.py`` and ``converters/``), fold batch norms into
+convolutions and fuse (``fusion.py``), place steps on devices (``placement.py``), and write
+graph, lib and params (``emit.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import orjson
+
+from .._version import __version__
+from ..bundle import Bundle, bundle_from_parts, prepare_bundle
+from ..errors import ConversionError, GraphrtError
+from . import converters  # noqa: F401  (registers the converters)
+from .builder import Builder, TensorType
+from .emit import Emitted, emit
+from .fusion import fold_batch_norms, fuse_steps
+from .model import LoadedModel, dtype_name, load_model, to_array
+from .placement import place_steps
+from .registry import check_supported, find_converter
+
+__all__ = ["Converted", "convert_model", "from_onnx"]
+
+
+class Converted:
+    """What conversion made, before it becomes a bundle (used by ``graphrt convert``)."""
+
+    def __init__(self, model: LoadedModel, emitted: Emitted, placement: list[dict[str, Any]]
+                 ) -> None:
+        self.model = model
+        self.emitted = emitted
+        self.placement = placement
+
+    def metadata(self) -> dict[str, Any]:
+        model, emitted = self.model, self.emitted
+        return {
+            "source": {"format": "onnx", "path": model.source, "sha256": model.sha256,
+                       "producer": model.producer, "ir_version": int(model.proto.ir_version),
+                       "opset_imports": dict(model.opsets)},
+            "converter": f"graphrt {__version__}",
+            "memory": {"planned_bytes": emitted.pool_bytes,
+                       "lower_bound_bytes": emitted.lower_bound_bytes,
+                       "one_buffer_per_entry_bytes": emitted.naive_bytes},
+        }
+
+
+def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
+                dim_bounds: Mapping[str, int]) -> TensorType:
+    name = value_info.name
+    kind = value_info.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise ConversionError(f"graph input {name!r} is a {kind or 'value of no type'}; graphrt "
+                              "converts tensor inputs only")
+    tensor = value_info.type.tensor_type
+    dtype = dtype_name(tensor.elem_type, f"graph input {name!r}")
+    if name in fixed:
+        return TensorType(tuple(int(d) for d in fixed[name]), dtype)
+    if not tensor.HasField("shape"):
+        raise ConversionError(f"graph input {name!r} has no shape; give it: "
+                              f"from_onnx(model, shapes={{{name!r}: [...]}})")
+    dims = []
+    for axis, dim in enumerate(tensor.shape.dim):
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.dim_param and dim.dim_param in dim_bounds:
+            dims.append(int(dim_bounds[dim.dim_param]))
+        else:
+            symbol = dim.dim_param or "?"
+            raise ConversionError(
+                f"graph input {name!r}: dimension {axis} is symbolic ({symbol!r}); give its "
+                f"size: from_onnx(model, dim_bounds={{{symbol!r}: 64}}) or "
+                f"from_onnx(model, shapes={{{name!r}: [...]}})")
+    return TensorType(tuple(dims), dtype)
+
+
+def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
+    env: dict[str, str] = {name: name for name in b.types}
+    for node in model.nodes:
+        conv = find_converter(node)
+        assert conv is not None  # check_supported ran first
+        missing = [name for name in node.inputs if name and name not in env]
+        if missing:
+            raise node.fail(f"reads {missing[0]!r}, which no earlier node or input defines")
+        view = replace(node, inputs=tuple(env[name] if name else "" for name in node.inputs))
+        b.source = node.label
+        try:
+            outs = conv.fn(b, view)
+        except GraphrtError:
+            raise
+        except Exception as err:  # a converter bug must still name the node
+            raise node.fail(f"conversion failed: {type(err).__name__}: {err}") from err
+        for k, name in enumerate(node.outputs):
+            if not name:
+                continue
+            if k >= len(outs):
+                raise node.fail(f"output {k} ({name!r}) is not supported")
+            env[name] = outs[k]
+    return env
+
+
+def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
+                  dim_bounds: Mapping[str, int] | None = None,
+                  constants: Mapping[str, Any] | None = None, fuse: bool = True,
+                  devices: Sequence[str] | None = None,
+                  placement: Mapping[str, str] | None = None) -> Converted:
+    """Convert without making a bundle (see :func:`from_onnx` for the arguments)."""
+    loaded = load_model(model)
+    check_supported(loaded.nodes)
+    graph = loaded.proto.graph
+    b = Builder()
+    constants = dict(constants or {})
+    for tensor in graph.initializer:
+        b.constant(to_array(tensor, f"initializer {tensor.name!r}"), name=tensor.name)
+    for tensor in graph.sparse_initializer:
+        raise ConversionError(f"sparse initializer {tensor.values.name!r} is not supported")
+    initializers = {t.name for t in graph.initializer}
+    known = {vi.name for vi in graph.input}
+    for name in [*constants, *(shapes or {})]:
+        if name not in known:
+            raise ConversionError(f"{name!r} is not a graph input (inputs: "
+                                  f"{', '.join(sorted(known - initializers)) or 'none'})")
+    for value_info in graph.input:
+        name = value_info.name
+        if name in constants:
+            elem = value_info.type.tensor_type.elem_type
+            dtype = dtype_name(elem, f"graph input {name!r}") if elem else None
+            b.constant(np.asarray(constants[name], dtype=dtype), name=name)
+        elif name not in initializers:
+            b.input(name, _input_type(value_info, shapes or {}, dim_bounds or {}))
+    env = _convert_nodes(loaded, b)
+    outputs = []
+    for value_info in graph.output:
+        if value_info.name not in env:
+            raise ConversionError(f"graph output {value_info.name!r} is never computed")
+        outputs.append(env[value_info.name])
+    if fuse:
+        fold_batch_norms(b, outputs)
+    groups = fuse_steps(b, outputs) if fuse else [[i] for i in range(len(b.steps))]
+    device_types = [str(d) for d in devices] if devices else None
+    decisions = place_steps(b, groups, device_types or ["cpu"], placement or {})
+    emitted = emit(b, outputs, groups, [vi.name for vi in graph.output], device_types)
+    return Converted(loaded, emitted, decisions)
+
+
+def from_onnx(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
+              dim_bounds: Mapping[str, int] | None = None,
+              constants: Mapping[str, Any] | None = None, fuse: bool = True,
+              devices: Sequence[str] | None = None,
+              placement: Mapping[str, str] | None = None) -> Bundle:
+    """Convert an ONNX model into a bundle (graph, declarative lib, params) ready to run.
+
+    Args:
+        model: a path, the serialized bytes, or an ``onnx.ModelProto``.
+        shapes: input name → concrete shape, overriding what the model declares.
+        dim_bounds: symbolic dimension name (``dim_param``) → the size to plan for.
+        constants: graph input name → value, frozen into the model (e.g. a shape input).
+        fuse: fuse elementwise and injective ops into their producers (TVM's rule) and fold
+            batch norms into convolutions; ``False`` keeps one node per standard op.
+        devices: device types in order of preference (``["cuda", "cpu"]``): each node goes to
+            the first whose kernels implement it. Default: everything on the fallback device.
+        placement: ONNX op type or node name → device type, overriding the preference.
+
+    Returns:
+        A :class:`graphrt.Bundle` held in memory (``kind == "memory"``); ``.create("cpu")``
+        runs it and ``.save(path)`` writes it. Its metadata records the source model's
+        SHA-256, opset imports and producer, and the planned memory against its lower bound.
+
+    Raises:
+        ConversionError: every unsupported (op, opset) listed at once, a symbolic dimension
+            without a size, a value that must be constant but is not, a malformed model.
+
+    Example:
+        >>> import graphrt
+        >>> bundle = graphrt.from_onnx("model.onnx")  # doctest: +SKIP
+        >>> (y,) = bundle.create("cpu")(x=x)  # doctest: +SKIP
+    """
+    converted = convert_model(model, shapes=shapes, dim_bounds=dim_bounds, constants=constants,
+                              fuse=fuse, devices=devices, placement=placement)
+    emitted = converted.emitted
+    parts = prepare_bundle(emitted.graph, orjson.dumps(emitted.lib), emitted.params,
+                           converted.metadata())
+    return bundle_from_parts(parts, label=converted.model.source)

@@ -1,0 +1,11 @@
+"""The op converters, one module per family; importing this package registers them all."""
+
+from . import (  # noqa: F401  (registration)
+    attention,
+    elementwise,
+    nn,
+    quant,
+    reduce,
+    resize,
+    tensor,
+)

@@ -1,0 +1,3 @@
+"""ONNX converters: attention."""
+
+from __future__ import annotations

@@ -1,0 +1,53 @@
+"""Helpers shared by the converters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..builder import Builder
+from ..model import OnnxNode
+from ..registry import ConvertFn, converter
+
+__all__ = ["const_floats", "const_ints", "optional_const", "same_as", "simple", "unary"]
+
+
+def const_ints(b: Builder, name: str, what: str) -> list[int]:
+    """The values of constant input ``name`` as a list of ints."""
+    return [int(v) for v in np.asarray(b.constant_value(name, what)).reshape(-1)]
+
+
+def const_floats(b: Builder, name: str, what: str) -> list[float]:
+    """The values of constant input ``name`` as a list of floats."""
+    return [float(v) for v in np.asarray(b.constant_value(name, what)).reshape(-1)]
+
+
+def optional_const(b: Builder, n: OnnxNode, index: int, what: str) -> Any:
+    """Input ``index``'s constant value, or None when the input is omitted."""
+    name = n.input(index)
+    return None if name is None else b.constant_value(name, what)
+
+
+def same_as(b: Builder, value: str, like: str) -> str:
+    """``value`` cast to ``like``'s dtype (no step when it already has it)."""
+    if b.dtype(value) == b.dtype(like):
+        return value
+    return b.op("cast", [value], {"dtype": b.dtype(like)})[0]
+
+
+def simple(op_type: str, op: str, *, since: int = 1, until: int | None = None,
+           attrs: Callable[[OnnxNode], dict[str, Any]] | None = None) -> ConvertFn:
+    """Register ``op_type`` as standard op ``op`` over all its inputs."""
+
+    def convert(b: Builder, n: OnnxNode) -> list[str]:
+        inputs = [name for name in n.inputs if name]
+        return b.op(op, inputs, attrs(n) if attrs else {})
+
+    return converter(op_type, since=since, until=until)(convert)
+
+
+def unary(op_type: str, op: str, **kwargs: Any) -> ConvertFn:
+    """Register a one-input ONNX op as a one-input standard op."""
+    return simple(op_type, op, **kwargs)

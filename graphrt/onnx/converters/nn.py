@@ -1,0 +1,3 @@
+"""ONNX converters: nn."""
+
+from __future__ import annotations

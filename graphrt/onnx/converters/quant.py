@@ -1,0 +1,3 @@
+"""ONNX converters: quant."""
+
+from __future__ import annotations

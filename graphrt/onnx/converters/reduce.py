@@ -1,0 +1,3 @@
+"""ONNX converters: reduce."""
+
+from __future__ import annotations

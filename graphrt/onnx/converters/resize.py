@@ -1,0 +1,3 @@
+"""ONNX converters: resize."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ONNX converters: tensor."""
+
+from __future__ import annotations

@@ -1,0 +1,256 @@
+"""Loading an ONNX model and reading its nodes: opsets, attributes, tensors, dtypes.
+
+Everything that touches ``onnx`` protobufs directly lives here, so the rest of the frontend
+works with plain Python values and numpy arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConversionError
+
+__all__ = [
+    "MAX_OPSET",
+    "MIN_OPSET",
+    "LoadedModel",
+    "OnnxNode",
+    "dtype_name",
+    "load_model",
+    "require_onnx",
+    "to_array",
+]
+
+MIN_OPSET = 7
+"""The oldest default-domain opset the frontend converts."""
+
+try:  # the newest opset the installed onnx defines
+    import onnx as _onnx_probe
+
+    MAX_OPSET = int(_onnx_probe.defs.onnx_opset_version())
+except ImportError:  # pragma: no cover - onnx is an optional extra
+    MAX_OPSET = 0
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_ABSENT = object()
+
+
+def require_onnx() -> Any:
+    """The ``onnx`` module, or a :class:`ConversionError` that says how to install it."""
+    try:
+        import onnx
+    except ImportError:
+        raise ConversionError("converting ONNX models needs the 'onnx' package: "
+                              "pip install 'graphrt[onnx]'") from None
+    return onnx
+
+
+# ONNX TensorProto data type → numpy dtype name graphrt has (None: graphrt has no such type).
+_DTYPES: dict[int, str] = {
+    1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
+}
+
+
+def dtype_name(elem_type: int, where: str) -> str:
+    """The graphrt dtype of an ONNX element type.
+
+    Raises:
+        ConversionError: a type graphrt has no dtype for (string, complex, float8, int4, ...).
+    """
+    name = _DTYPES.get(elem_type)
+    if name is None:
+        onnx = require_onnx()
+        try:
+            shown = onnx.TensorProto.DataType.Name(elem_type)
+        except ValueError:
+            shown = str(elem_type)
+        raise ConversionError(f"{where}: element type {shown} is not supported (graphrt has "
+                              f"{', '.join(sorted(set(_DTYPES.values())))})")
+    return name
+
+
+def to_array(tensor: Any, where: str) -> np.ndarray[Any, Any]:
+    """A TensorProto as a numpy array of a graphrt dtype (a copy it owns)."""
+    onnx = require_onnx()
+    dtype_name(tensor.data_type, where)
+    try:
+        array = onnx.numpy_helper.to_array(tensor)
+    except Exception as err:  # onnx raises ValueError, TypeError, ... on malformed tensors
+        raise ConversionError(f"{where}: cannot read tensor {tensor.name!r}: {err}") from None
+    if tensor.data_type == 16:  # bfloat16 comes back as its own dtype or as uint16 bits
+        import ml_dtypes
+
+        if array.dtype != ml_dtypes.bfloat16:
+            array = array.view(ml_dtypes.bfloat16)
+    return np.array(array, copy=True)
+
+
+@dataclass(frozen=True)
+class OnnxNode:
+    """One ONNX node as the converters see it.
+
+    Attributes:
+        op_type: the operator (``"Conv"``).
+        name: the node's name, or ``"<op_type> #<index>"`` when the model gives none.
+        inputs: input value names; ``""`` marks an omitted optional input.
+        outputs: output value names; ``""`` marks an output the model does not use.
+        attrs: attribute name → Python value (ints, floats, str, lists, numpy arrays for
+            tensors, :class:`Any` for graphs).
+        opset: the model's opset for this node's domain.
+        index: position in the graph.
+    """
+
+    op_type: str
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    opset: int
+    index: int
+
+    @property
+    def label(self) -> str:
+        """How errors name the node: ``node 3 'conv1' (Conv)``."""
+        return f"node {self.index} {self.name!r} ({self.op_type})"
+
+    def attr(self, key: str, default: Any = _ABSENT) -> Any:
+        """Attribute ``key``, or ``default``; a required one that is missing is an error."""
+        if key in self.attrs:
+            return self.attrs[key]
+        if default is _ABSENT:
+            raise ConversionError(f"{self.label}: required attribute {key!r} is missing")
+        return default
+
+    def input(self, index: int) -> str | None:
+        """Input ``index``'s value name, or None when it is omitted."""
+        if index < len(self.inputs) and self.inputs[index]:
+            return self.inputs[index]
+        return None
+
+    def fail(self, problem: str) -> ConversionError:
+        """A :class:`ConversionError` naming this node."""
+        return ConversionError(f"{self.label}: {problem}")
+
+
+def _attribute(attr: Any, where: str) -> Any:
+    onnx = require_onnx()
+    value = onnx.helper.get_attribute_value(attr)
+    kind = attr.type
+    if kind == onnx.AttributeProto.STRING:
+        return value.decode("utf-8", "replace")
+    if kind == onnx.AttributeProto.STRINGS:
+        return [v.decode("utf-8", "replace") for v in value]
+    if kind == onnx.AttributeProto.TENSOR:
+        return to_array(value, f"{where} attribute {attr.name!r}")
+    if kind in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
+        return list(value)
+    if kind == onnx.AttributeProto.FLOAT:
+        return float(value)
+    if kind == onnx.AttributeProto.INT:
+        return int(value)
+    return value
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A checked ONNX model and what the frontend needs to know about it.
+
+    Attributes:
+        proto: the ``onnx.ModelProto``.
+        opset: the default domain's opset version.
+        opsets: every imported domain's version (``""`` is the default domain).
+        sha256: SHA-256 of the serialized model (recorded in the bundle manifest).
+        nodes: the graph's nodes, in order.
+        source: where the model came from, for messages and metadata.
+    """
+
+    proto: Any
+    opset: int
+    opsets: Mapping[str, int]
+    sha256: str
+    nodes: tuple[OnnxNode, ...]
+    source: str
+
+    @property
+    def producer(self) -> str:
+        """``producer_name producer_version`` of the model, or ``""``."""
+        return f"{self.proto.producer_name} {self.proto.producer_version}".strip()
+
+
+def _read(model: Any) -> tuple[Any, bytes, str]:
+    onnx = require_onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model, model.SerializeToString(), "<ModelProto>"
+    if isinstance(model, bytes | bytearray | memoryview):
+        raw, source = bytes(model), "<bytes>"
+    elif isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if not path.is_file():
+            raise ConversionError(f"ONNX model {str(model)[:200]!r}: no such file")
+        raw, source = path.read_bytes(), str(path)
+    else:
+        raise ConversionError("from_onnx() takes a path, bytes or an onnx.ModelProto, given "
+                              f"{type(model).__name__}")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(raw)
+    except Exception as err:  # protobuf's DecodeError
+        raise ConversionError(f"{source}: not an ONNX model ({err})") from None
+    if isinstance(model, str | os.PathLike):
+        try:  # tensors stored beside the model file
+            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+        except (OSError, ValueError) as err:
+            raise ConversionError(f"{source}: cannot load external tensor data: {err}"
+                                  ) from None
+    return proto, raw, source
+
+
+def load_model(model: Any) -> LoadedModel:
+    """Read and check an ONNX model: a path, bytes or an ``onnx.ModelProto``.
+
+    Raises:
+        ConversionError: not an ONNX model, no default-domain opset, an opset outside
+            ``MIN_OPSET..MAX_OPSET``, or a graph ONNX's checker refuses.
+    """
+    onnx = require_onnx()
+    proto, raw, source = _read(model)
+    if not proto.HasField("graph"):
+        raise ConversionError(f"{source}: the model has no graph")
+    opsets = {o.domain if o.domain != "ai.onnx" else "": int(o.version)
+              for o in proto.opset_import}
+    if "" not in opsets:
+        if proto.ir_version and proto.ir_version < 3:
+            opsets[""] = 1
+        else:
+            raise ConversionError(f"{source}: the model imports no default-domain opset")
+    opset = opsets[""]
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ConversionError(f"{source}: opset {opset} of the default domain is not supported "
+                              f"(graphrt converts opsets {MIN_OPSET} to {MAX_OPSET}; convert "
+                              "older models with onnx.version_converter.convert_version)")
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as err:
+        raise ConversionError(f"{source}: the ONNX checker refuses the model: "
+                              f"{str(err).splitlines()[0][:500]}") from None
+    except ValueError as err:  # e.g. a model over 2 GB given as a proto
+        raise ConversionError(f"{source}: {err}") from None
+    nodes = []
+    for index, node in enumerate(proto.graph.node):
+        name = node.name or f"{node.op_type} #{index}"
+        where = f"node {index} {name!r} ({node.op_type})"
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        attrs = {a.name: _attribute(a, where) for a in node.attribute}
+        nodes.append(OnnxNode(node.op_type if not domain else f"{domain}.{node.op_type}", name,
+                              tuple(node.input), tuple(node.output), attrs,
+                              opsets.get(domain, 0), index))
+    return LoadedModel(proto, opset, opsets, hashlib.sha256(raw).hexdigest(), tuple(nodes),
+                       source)
