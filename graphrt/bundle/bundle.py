@@ -35,12 +35,11 @@ from .interface import (
     check_params_fit,
     check_params_listed,
 )
-from .manifest import Manifest, TensorSpec, parse_manifest
+from .manifest import Manifest, MemberDigest, TensorSpec, parse_manifest
 from .members import GRAPH, LIB, MANIFEST, PARAMS, BundleLimits
+from .safetensors import read_safetensors_header, tensor_view, write_safetensors
 from .save import BundleParts, _archive_kind, write_parts
 from .writer import ArchiveKind, HashingWriter
-from .manifest import MemberDigest
-from .safetensors import read_safetensors_header, tensor_view, write_safetensors
 
 __all__ = ["Bundle", "bundle_from_parts", "load_bundle"]
 

@@ -6,7 +6,7 @@ when imported, so this table is the whole list.
 
 Example:
     >>> [command.name for command in COMMANDS]
-    ['inspect', 'validate', 'run', 'bench', 'bundle']
+    ['inspect', 'validate', 'run', 'bench', 'bundle', 'convert']
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .._version import __version__
 from ..errors import GraphrtError
-from . import bench, bundle, inspect, run, validate
+from . import bench, bundle, convert, inspect, run, validate
 from .common import UsageError
 
 __all__ = ["COMMANDS", "Command", "Configure", "Handler", "build_parser", "main"]
@@ -54,6 +54,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("bundle", "write a bundle from a graph JSON file, its declarative lib and its "
             "params (a TVM params blob, .safetensors or .npz)", bundle.configure,
             bundle.bundle_command),
+    Command("convert", "convert an ONNX model into a bundle (needs graphrt[onnx]); running "
+            "the bundle does not need onnx", convert.configure, convert.convert_command),
 )
 """Every ``graphrt`` command, in the order ``graphrt --help`` lists them."""
 

@@ -46,7 +46,7 @@ def _device(spec: str) -> Device:
     return make_device(f"{kind}:{ordinal or 0}")
 
 
-class GraphrtRep(BackendRep):  # type: ignore[misc]
+class GraphrtRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns its outputs as a list of numpy arrays."""
 
     def __init__(self, model: Any, device: str, options: Mapping[str, Any]) -> None:
@@ -101,7 +101,7 @@ class GraphrtRep(BackendRep):  # type: ignore[misc]
             self._modules[key] = module
             return module
 
-    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray[Any, Any]]:
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray[Any, Any], ...]:
         """Run on ``inputs``: a list in graph-input order, a dict by name, or one array."""
         if isinstance(inputs, Mapping):
             feeds = {name: np.asarray(value) for name, value in inputs.items()}
@@ -127,10 +127,10 @@ class GraphrtRep(BackendRep):  # type: ignore[misc]
                 host = np.empty(out.shape, out.dtype)
                 backend_for(self._device).download(out, host)
                 results.append(host)
-        return results
+        return tuple(results)
 
 
-class GraphrtBackend(Backend):  # type: ignore[misc]
+class GraphrtBackend(Backend):
     """ONNX's backend interface over graphrt."""
 
     @classmethod
@@ -142,7 +142,7 @@ class GraphrtBackend(Backend):  # type: ignore[misc]
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU",
-                  **kwargs: Any) -> list[np.ndarray[Any, Any]]:
+                  **kwargs: Any) -> tuple[np.ndarray[Any, Any], ...]:
         """Prepare ``model`` and run it once on ``inputs``."""
         return cls.prepare(model, device, **kwargs).run(inputs)
 

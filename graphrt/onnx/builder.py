@@ -65,6 +65,10 @@ class Builder:
     inputs: list[str] = field(default_factory=list)
     source: str = ""
     """The ONNX node being converted (set by the converter driver, recorded in steps)."""
+    symbolic_dims: dict[str, tuple[int | str, ...]] = field(default_factory=dict)
+    """Values whose shape follows symbolic input dimensions: their dims as expressions."""
+    shape_vars: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """The symbolic dimensions' ``(min, max)``."""
     _count: int = 0
 
     def _fresh(self, hint: str) -> str:

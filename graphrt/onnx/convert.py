@@ -26,6 +26,7 @@ from .fusion import fold_batch_norms, fuse_steps
 from .model import LoadedModel, dtype_name, load_model, to_array
 from .placement import place_steps
 from .registry import check_supported, find_converter
+from .symbolic import generalize, sample_points, symbolic_bounds
 
 __all__ = ["Converted", "convert_model", "from_onnx"]
 
@@ -106,24 +107,19 @@ def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
     return env
 
 
-def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
-                  dim_bounds: Mapping[str, int] | None = None,
-                  constants: Mapping[str, Any] | None = None, fuse: bool = True,
-                  devices: Sequence[str] | None = None,
-                  placement: Mapping[str, str] | None = None) -> Converted:
-    """Convert without making a bundle (see :func:`from_onnx` for the arguments)."""
-    loaded = load_model(model)
-    check_supported(loaded.nodes)
+def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
+           dim_values: Mapping[str, int], constants: Mapping[str, Any]
+           ) -> tuple[Builder, list[str]]:
+    """Convert every node at fixed input shapes: the builder and the graph's output values."""
     graph = loaded.proto.graph
     b = Builder()
-    constants = dict(constants or {})
     for tensor in graph.initializer:
         b.constant(to_array(tensor, f"initializer {tensor.name!r}"), name=tensor.name)
     for tensor in graph.sparse_initializer:
         raise ConversionError(f"sparse initializer {tensor.values.name!r} is not supported")
     initializers = {t.name for t in graph.initializer}
     known = {vi.name for vi in graph.input}
-    for name in [*constants, *(shapes or {})]:
+    for name in [*constants, *shapes]:
         if name not in known:
             raise ConversionError(f"{name!r} is not a graph input (inputs: "
                                   f"{', '.join(sorted(known - initializers)) or 'none'})")
@@ -134,19 +130,38 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
             dtype = dtype_name(elem, f"graph input {name!r}") if elem else None
             b.constant(np.asarray(constants[name], dtype=dtype), name=name)
         elif name not in initializers:
-            b.input(name, _input_type(value_info, shapes or {}, dim_bounds or {}))
+            b.input(name, _input_type(value_info, shapes, dim_values))
     env = _convert_nodes(loaded, b)
     outputs = []
     for value_info in graph.output:
         if value_info.name not in env:
             raise ConversionError(f"graph output {value_info.name!r} is never computed")
         outputs.append(env[value_info.name])
+    return b, outputs
+
+
+def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
+                  dim_bounds: Mapping[str, int] | None = None,
+                  constants: Mapping[str, Any] | None = None, fuse: bool = True,
+                  devices: Sequence[str] | None = None,
+                  placement: Mapping[str, str] | None = None) -> Converted:
+    """Convert without making a bundle (see :func:`from_onnx` for the arguments)."""
+    loaded = load_model(model)
+    check_supported(loaded.nodes)
+    shapes, constants = dict(shapes or {}), dict(constants or {})
+    bounds = symbolic_bounds(loaded.proto.graph, shapes, constants, dim_bounds or {})
+    points = sample_points(bounds)
+    built = [_build(loaded, shapes, point, constants) for point in points]
+    b, outputs = built[0]
+    if len(built) > 1:
+        generalize(points, built, bounds)
     if fuse:
         fold_batch_norms(b, outputs)
     groups = fuse_steps(b, outputs) if fuse else [[i] for i in range(len(b.steps))]
     device_types = [str(d) for d in devices] if devices else None
     decisions = place_steps(b, groups, device_types or ["cpu"], placement or {})
-    emitted = emit(b, outputs, groups, [vi.name for vi in graph.output], device_types)
+    emitted = emit(b, outputs, groups, [vi.name for vi in loaded.proto.graph.output],
+                   device_types)
     return Converted(loaded, emitted, decisions)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..devices import device as parse_device
+from ..devices.base import KIND_NAMES
 try:  # TEMP until storage.liveness lands
     from ..storage import assign_storage_ids  # type: ignore[attr-defined]
 except ImportError:
@@ -110,6 +110,7 @@ def emit(b: Builder, outputs: Sequence[str], groups: Sequence[Sequence[int]],
     nodes: list[dict[str, Any]] = []
     entry_of: dict[str, tuple[int, int]] = {}  # value → (node id, output index)
     types: list[tuple[list[int], str]] = []
+    shape_column: list[list[int | str]] = []
     device_of: list[int] = []
     defined_at: list[int] = []
     taken: set[str] = set()
@@ -121,6 +122,7 @@ def emit(b: Builder, outputs: Sequence[str], groups: Sequence[Sequence[int]],
         nodes.append({"op": "null", "name": name, "inputs": []})
         tensor = b.types[value]
         types.append((list(tensor.shape), tensor.dtype))
+        shape_column.append(list(b.symbolic_dims.get(value, tensor.shape)))
         device_of.append(device)
         defined_at.append(-1)
 
@@ -181,6 +183,7 @@ def emit(b: Builder, outputs: Sequence[str], groups: Sequence[Sequence[int]],
             entry_of[value] = (node_id, k)
             tensor = b.types[value]
             types.append((list(tensor.shape), tensor.dtype))
+            shape_column.append(list(b.symbolic_dims.get(value, tensor.shape)))
             device_of.append(device)
             defined_at.append(index)
 
@@ -209,12 +212,12 @@ def emit(b: Builder, outputs: Sequence[str], groups: Sequence[Sequence[int]],
     plan = assign_storage_ids(sizes, device_of, defined_at, last_use, pinned)
     attrs: dict[str, Any] = {
         "dltype": ["list_str", [dtype for _, dtype in types]],
-        "shape": ["list_shape", [shape for shape, _ in types]],
+        "shape": ["list_shape", shape_column],
         "storage_id": ["list_int", list(plan.storage_ids)],
     }
     if devices is not None and len(devices) > 1:
-        attrs["device_index"] = ["list_int", [int(parse_device(devices[d]).device_type)
-                                              for d in device_of]]
+        codes = {kind: code for code, kind in KIND_NAMES.items()}
+        attrs["device_index"] = ["list_int", [codes[devices[d]] for d in device_of]]
     graph = {
         "nodes": nodes,
         "arg_nodes": [i for i, node in enumerate(nodes) if node["op"] == "null"],
@@ -222,5 +225,8 @@ def emit(b: Builder, outputs: Sequence[str], groups: Sequence[Sequence[int]],
         "heads": [[*entry_of[v], 0] for v in outputs],
         "attrs": attrs,
     }
+    if b.shape_vars:
+        graph["shape_vars"] = {name: {"min": lo, "max": hi}
+                               for name, (lo, hi) in b.shape_vars.items()}
     return Emitted(graph, {"format": "graphrt.lib", "version": 1, "functions": functions},
                    params, plan.pool_bytes, plan.lower_bound_bytes, plan.naive_bytes)

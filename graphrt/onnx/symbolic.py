@@ -1,0 +1,187 @@
+"""Symbolic input dimensions (``dim_param``) as graphrt's bounded shape variables.
+
+Every shape is concrete while converting, so a symbolic dimension is handled by converting
+at several sizes and comparing: the model at ``n = max`` is the one emitted; the model at
+``n = max - 1`` (and at a third point, to verify) must make the same steps with the same
+constants, and every entry's dimension must be an affine function of the variables
+(``n``, ``2*n``, ``n + 1``). That dimension is then written symbolically, and the graph plans
+its storage at the bound. A reshape whose target follows the variable is rewritten to copy
+(``0``) or infer (``-1``) that dimension. Anything else that changes with the variable, such as
+a weight whose shape follows it, is a :class:`ConversionError` naming the node and the
+variable, so that a graph that would only be right at one size is never emitted.
+
+Example:
+    >>> sample_points({"batch": 8})
+    [{'batch': 8}, {'batch': 7}, {'batch': 6}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConversionError
+from .builder import Builder
+
+__all__ = ["generalize", "sample_points", "symbolic_bounds"]
+
+
+def symbolic_bounds(graph: Any, shapes: Mapping[str, Any], constants: Mapping[str, Any],
+                    dim_bounds: Mapping[str, int]) -> dict[str, int]:
+    """The bound of every symbolic dimension the inputs use and ``dim_bounds`` sizes.
+
+    Raises:
+        ConversionError: a bound for a name no input uses, or a bound that is not a positive
+            integer.
+    """
+    initializers = {t.name for t in graph.initializer}
+    names: set[str] = set()
+    for value_info in graph.input:
+        if value_info.name in initializers or value_info.name in shapes or (
+                value_info.name in constants):
+            continue
+        for dim in value_info.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                names.add(dim.dim_param)
+    for name, bound in dim_bounds.items():
+        if name not in names:
+            raise ConversionError(f"dim_bounds names {name!r}, but no graph input has that "
+                                  f"symbolic dimension (they have: "
+                                  f"{', '.join(sorted(names)) or 'none'})")
+        if isinstance(bound, bool) or not isinstance(bound, int | np.integer) or bound < 1:
+            raise ConversionError(f"dim_bounds[{name!r}] must be a positive int, given "
+                                  f"{bound!r}")
+    return {name: int(dim_bounds[name]) for name in sorted(dim_bounds)}
+
+
+def sample_points(bounds: Mapping[str, int]) -> list[dict[str, int]]:
+    """The sizes to convert at: all at their bound first, then each varied, then a check.
+
+    A variable whose bound is 1 cannot vary and stays the constant 1.
+    """
+    base = dict(bounds)
+    points = [base]
+    varying = [name for name, bound in bounds.items() if bound >= 2]
+    points += [{**base, name: bounds[name] - 1} for name in varying]
+    check = {**base, **{name: bounds[name] - 2 if bounds[name] >= 3 else bounds[name] - 1
+                        for name in varying}}
+    if varying and check not in points:
+        points.append(check)
+    return points
+
+
+def _expression(constant: int, coefficients: Mapping[str, int]) -> int | str:
+    terms = []
+    for name, a in coefficients.items():
+        if a:
+            terms.append((a, name))
+    if not terms:
+        return constant
+    text = ""
+    for a, name in terms:
+        term = name if abs(a) == 1 else f"{abs(a)}*{name}"
+        text += (term if a > 0 else f"-{term}") if not text else (
+            f" + {term}" if a > 0 else f" - {term}")
+    if constant:
+        text += f" + {constant}" if constant > 0 else f" - {-constant}"
+    return text
+
+
+def _fit(values: Sequence[int], points: Sequence[Mapping[str, int]], varying: Sequence[str]
+         ) -> tuple[int, dict[str, int]] | None:
+    """``(c, {var: a})`` with value = c + sum(a * var) at every point, or None."""
+    base = points[0]
+    coefficients = {name: values[0] - values[1 + i] for i, name in enumerate(varying)}
+    constant = values[0] - sum(a * base[name] for name, a in coefficients.items())
+    for value, point in zip(values, points, strict=True):
+        if constant + sum(a * point[name] for name, a in coefficients.items()) != value:
+            return None
+    return constant, coefficients
+
+
+def _differ(where: str, what: str, points: Sequence[Mapping[str, int]]) -> ConversionError:
+    shown = " and ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in points[:2])
+    return ConversionError(f"{where}: {what} changes with the symbolic dimensions (converting "
+                           f"at {shown}), so the model cannot keep them symbolic; give "
+                           "concrete sizes with shapes={...} or dim_bounds with a fixed size")
+
+
+def _rewrite_reshape(b: Builder, index: int, newshapes: list[list[int]],
+                     input_shapes: list[tuple[int, ...]],
+                     points: Sequence[Mapping[str, int]]) -> list[int]:
+    step = b.steps[index]
+    base = list(newshapes[0])
+    varying = [p for p in range(len(base)) if len({tuple(s)[p] for s in newshapes}) > 1]
+    left = []
+    for p in varying:
+        if all(p < len(shape) and shape[p] == target[p]
+               for shape, target in zip(input_shapes, newshapes, strict=True)):
+            base[p] = 0  # copies the input's dimension, whatever its size
+        else:
+            left.append(p)
+    if len(left) == 1 and -1 not in base:
+        base[left[0]] = -1
+    elif left:
+        raise _differ(step.source, f"the target shape of reshape {newshapes[0]}", points)
+    return base
+
+
+def generalize(points: Sequence[Mapping[str, int]],
+               built: Sequence[tuple[Builder, list[str]]], bounds: Mapping[str, int]) -> None:
+    """Make the first builder (converted at the bounds) symbolic, checking the others agree.
+
+    Sets ``symbolic_dims`` and ``shape_vars`` on it and rewrites reshape targets.
+
+    Raises:
+        ConversionError: the conversions differ in anything but affine dimensions and reshape
+            targets, naming the node and what differs.
+    """
+    b, outputs = built[0]
+    varying = [name for name, bound in bounds.items() if bound >= 2]
+    for other, other_outputs in built[1:]:
+        if len(other.steps) != len(b.steps) or other_outputs != outputs or (
+                other.inputs != b.inputs):
+            raise _differ("the graph", "the set of steps", points)
+        for mine, theirs in zip(b.steps, other.steps, strict=True):
+            if (mine.op, mine.inputs, mine.outputs) != (theirs.op, theirs.inputs,
+                                                        theirs.outputs):
+                raise _differ(mine.source, f"op {mine.op!r}", points)
+    used = {name for step in b.steps for name in step.inputs} | set(outputs)
+    for name in sorted(used & set(b.constants)):
+        for other, _ in built[1:]:
+            value = other.constants.get(name)
+            if value is None or value.shape != b.constants[name].shape or not np.array_equal(
+                    value, b.constants[name], equal_nan=value.dtype.kind == "f"):
+                user = next((s.source for s in b.steps if name in s.inputs), "a graph output")
+                raise _differ(user, f"a constant it reads ({name!r})", points)
+    for index, step in enumerate(b.steps):
+        for key, value in step.attrs.items():
+            values = [other.steps[index].attrs.get(key) for other, _ in built]
+            if all(v == value for v in values):
+                continue
+            if step.op == "reshape" and key == "newshape":
+                step.attrs[key] = _rewrite_reshape(
+                    b, index, [list(v or ()) for v in values],
+                    [other.types[step.inputs[0]].shape for other, _ in built], points)
+            else:
+                raise _differ(step.source, f"attribute {key!r} of op {step.op!r} "
+                              f"({value!r})", points)
+    dims: dict[str, tuple[int | str, ...]] = {}
+    for name, tensor in b.types.items():
+        shapes = [other.types[name].shape if name in other.types else None for other, _ in built]
+        if all(shape == tensor.shape for shape in shapes):
+            continue
+        if any(shape is None or len(shape) != len(tensor.shape) for shape in shapes):
+            raise _differ(f"value {name!r}", "the rank", points)
+        symbolic: list[int | str] = []
+        for axis in range(len(tensor.shape)):
+            fit = _fit([shape[axis] for shape in shapes if shape is not None], points, varying)
+            if fit is None:
+                raise _differ(f"value {name!r} dimension {axis}", "a size that is not an "
+                              "affine function of the variables", points)
+            symbolic.append(_expression(*fit))
+        dims[name] = tuple(symbolic)
+    b.symbolic_dims = dims
+    b.shape_vars = {name: (1, bound) for name, bound in bounds.items() if bound >= 2}
