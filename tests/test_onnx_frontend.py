@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cli_harness import run_cli
 
 import graphrt
-from cli_harness import run_cli
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
@@ -106,9 +106,17 @@ def test_every_unsupported_op_is_listed_at_once() -> None:
     assert "Relu" not in message
 
 
-def test_an_opset_outside_the_range_is_refused_with_the_range() -> None:
-    with pytest.raises(graphrt.ConversionError, match=r"opset 6 .* opsets 7 to \d+"):
-        graphrt.from_onnx(tiny_model(opset=6))
+def test_an_opset_newer_than_known_is_refused_with_the_range() -> None:
+    with pytest.raises(graphrt.ConversionError, match=r"opset 99 .* opsets 7 to \d+"):
+        graphrt.from_onnx(tiny_model(opset=99))
+
+
+def test_an_opset_older_than_7_is_upgraded_by_onnx_and_recorded() -> None:
+    bundle = graphrt.from_onnx(tiny_model(opset=6))
+    source = bundle.metadata["source"]
+    assert isinstance(source, dict) and source["upgraded_from_opset"] == 6
+    x = np.ones((2, 3), "float32")
+    np.testing.assert_allclose(bundle.create("cpu")(x=x)[0], expected(x))
 
 
 def test_a_converter_takes_the_model_opset_not_another_versions() -> None:

@@ -45,7 +45,9 @@ class Converted:
         return {
             "source": {"format": "onnx", "path": model.source, "sha256": model.sha256,
                        "producer": model.producer, "ir_version": int(model.proto.ir_version),
-                       "opset_imports": dict(model.opsets)},
+                       "opset_imports": dict(model.opsets),
+                       **({"upgraded_from_opset": model.upgraded_from}
+                          if model.upgraded_from is not None else {})},
             "converter": f"graphrt {__version__}",
             "memory": {"planned_bytes": emitted.pool_bytes,
                        "lower_bound_bytes": emitted.lower_bound_bytes,

@@ -170,6 +170,8 @@ class LoadedModel:
         sha256: SHA-256 of the serialized model (recorded in the bundle manifest).
         nodes: the graph's nodes, in order.
         source: where the model came from, for messages and metadata.
+        upgraded_from: the model's own opset when it was older than :data:`MIN_OPSET` and
+            ONNX's version converter upgraded it, else None.
     """
 
     proto: Any
@@ -178,6 +180,7 @@ class LoadedModel:
     sha256: str
     nodes: tuple[OnnxNode, ...]
     source: str
+    upgraded_from: int | None = None
 
     @property
     def producer(self) -> str:
@@ -216,9 +219,13 @@ def _read(model: Any) -> tuple[Any, bytes, str]:
 def load_model(model: Any) -> LoadedModel:
     """Read and check an ONNX model: a path, bytes or an ``onnx.ModelProto``.
 
+    A model older than :data:`MIN_OPSET` (opset 6 PyTorch exports) is upgraded with ONNX's
+    version converter first.
+
     Raises:
-        ConversionError: not an ONNX model, no default-domain opset, an opset outside
-            ``MIN_OPSET..MAX_OPSET``, or a graph ONNX's checker refuses.
+        ConversionError: not an ONNX model, no default-domain opset, an opset newer than
+            :data:`MAX_OPSET` or one the version converter cannot upgrade, or a graph ONNX's
+            checker refuses.
     """
     onnx = require_onnx()
     proto, raw, source = _read(model)
@@ -232,6 +239,10 @@ def load_model(model: Any) -> LoadedModel:
         else:
             raise ConversionError(f"{source}: the model imports no default-domain opset")
     opset = opsets[""]
+    upgraded_from = None
+    if opset < MIN_OPSET:
+        proto, upgraded_from = _upgrade(proto, opset, source), opset
+        opsets[""] = opset = MIN_OPSET
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ConversionError(f"{source}: opset {opset} of the default domain is not supported "
                               f"(graphrt converts opsets {MIN_OPSET} to {MAX_OPSET}; convert "
@@ -253,4 +264,16 @@ def load_model(model: Any) -> LoadedModel:
                               tuple(node.input), tuple(node.output), attrs,
                               opsets.get(domain, 0), index))
     return LoadedModel(proto, opset, opsets, hashlib.sha256(raw).hexdigest(), tuple(nodes),
-                       source)
+                       source, upgraded_from)
+
+
+def _upgrade(proto: Any, opset: int, source: str) -> Any:
+    """An opset < MIN_OPSET model rewritten by ONNX's own version converter, which carries each
+    op's semantics over (e.g. opset 6's ``broadcast`` attribute to numpy broadcasting)."""
+    onnx = require_onnx()
+    try:
+        return onnx.version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as err:  # the converter raises RuntimeError/ValueError on what it cannot do
+        raise ConversionError(
+            f"{source}: opset {opset} is older than the oldest graphrt converts ({MIN_OPSET}) "
+            f"and ONNX's version converter could not upgrade it: {str(err)[:300]}") from None
