@@ -4,8 +4,10 @@ Python blocks run one by one, each alone in a fresh namespace, from a scratch di
 sees the repository's ``examples/`` (so what they write lands there, not in the checkout).
 JSON blocks must parse. ``graphrt ...`` lines of shell blocks run through the CLI unless they
 are a synopsis (they name placeholders such as ``GRAPH_OR_BUNDLE``) or pipe into another
-tool; a ``cuda`` device becomes ``sim`` unless ``GRAPHRT_GPU=1``. The set-up and benchmark
-commands are what CI and ``benchmarks/`` run.
+tool; a ``cuda`` device becomes ``sim`` unless ``GRAPHRT_GPU=1``. A shell block that makes
+its own input with ``python examples/...`` is a session: its python and graphrt lines run in
+order in one scratch directory. The set-up and benchmark commands are what CI and
+``benchmarks/`` run.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,9 +59,15 @@ def test_json_block_parses(where: str, code: str) -> None:
         graphrt.load_graph(document)
 
 
+def _is_session(code: str) -> bool:
+    return any(line.strip().startswith("python examples/") for line in code.splitlines())
+
+
 def cli_lines() -> list[tuple[str, str]]:
     lines = []
     for where, code in blocks("sh"):
+        if _is_session(code):
+            continue
         for line in code.splitlines():
             command = line.split("#", 1)[0].strip()
             if (command.startswith("graphrt ") and "|" not in command
@@ -75,3 +85,17 @@ def test_cli_line_runs(where: str, command: str, scratch: Path,
     if any(arg.startswith("cuda") for arg in argv) and os.environ.get("GRAPHRT_GPU") != "1":
         argv = [arg.replace("cuda", "sim") if arg.startswith("cuda") else arg for arg in argv]
     assert main(argv) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("where", "code"), [b for b in blocks("sh") if _is_session(b[1])],
+                         ids=lambda v: v.split("\n")[0])
+def test_session_block_runs(where: str, code: str, scratch: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    from graphrt.cli import main
+
+    for line in code.splitlines():
+        command = line.split("#", 1)[0].strip()
+        if command.startswith("python "):
+            subprocess.run([sys.executable, *shlex.split(command)[1:]], check=True)
+        elif command.startswith("graphrt "):
+            assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err

@@ -229,3 +229,11 @@ def test_convert_command_writes_a_bundle_and_reports_memory(
                                expected(np.ones((8, 3), "float32")))
     status, out, err = run_cli(capsys, "convert", str(model), "-o", str(tmp_path / "u.grb"))
     assert status == 1 and "symbolic ('batch')" in err and "Traceback" not in err
+
+
+def test_the_docs_table_of_supported_ops_is_generated_from_the_code() -> None:
+    from graphrt.onnx.optable import update
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "onnx.md"
+    text = docs.read_text()
+    assert update(text) == text, "run: python -m graphrt.onnx.optable docs/onnx.md"
