@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from builders import GraphBuilder
-from cli_harness import run_cli
+from cli_harness import failed, run_cli
 from conftest import EXAMPLES, example_graph
 
 import graphrt
@@ -385,9 +385,10 @@ def test_validate_storage_id_on_two_devices(capsys: pytest.CaptureFixture[str],
     assert (status, out) == (1, "")
     assert err.startswith("PlacementError: storage_id 0 is used on two devices")
     assert "on cpu:0" in err and "on cuda:0" in err
-    # On cpu alone both entries fall back to the cpu, so the slot is shared legitimately.
-    assert run_cli(capsys, "validate", path)[:2] == (0, "ok: 2 nodes, 2 entries, 16 bytes on "
-                                                        "cpu:0\n")
+    # On cpu alone both fall back to the cpu, but two inputs are live at once: one slot
+    # cannot hold both, which the liveness check says.
+    err = failed(capsys, "GraphFormatError", "validate", path)
+    assert "storage_id 0 is shared by two entries" in err
 
 
 def test_validate_checks_host_capacity(capsys: pytest.CaptureFixture[str],

@@ -1,5 +1,7 @@
 """``graphrt validate GRAPH_OR_BUNDLE``: check that a graph or a bundle is consistent and can
 be placed on the devices, allocating nothing; ``ok: ...`` and status 0, or the error and 1.
+Storage ids are checked by liveness as ``create()`` checks them: two entries live at the same
+time may not share one (:func:`graphrt.storage.check_storage_ids`).
 
 A bundle is loaded with every check of :func:`graphrt.load_bundle` and its declarative
 functions are type-checked against the nodes that use them. A graph JSON file given with
@@ -21,6 +23,7 @@ import argparse
 import sys
 
 from ..schema import Graph
+from ..storage import check_storage_ids
 from .common import add_graph_argument, add_lib_option, add_placement_options, plan_source
 from .summary import external_kernels_note, verified_line
 
@@ -59,6 +62,7 @@ def validate_command(args: argparse.Namespace) -> int:
     """
     source, plan = plan_source(args)
     graph = source.graph
+    check_storage_ids(graph)
     if source.bundle is not None:
         print(verified_line(source.bundle))
         note = external_kernels_note(source.bundle)

@@ -19,7 +19,14 @@ from ..devices import Device, backend_for
 from ..errors import GraphFormatError, KernelNotFoundError
 from ..lib import FusedFunction, Kernel, Library, Lowering, ShapeFunction, TensorType
 from ..schema import COPY, NOP, Graph, Node
-from ..storage import ScratchNeed, StoragePlan, check_capacity, plan_storage, with_scratch
+from ..storage import (
+    ScratchNeed,
+    StoragePlan,
+    check_capacity,
+    check_storage_ids,
+    plan_storage,
+    with_scratch,
+)
 from .param_store import ParamStore
 from .shapes import ShapePlan
 from .steps import AliasGroups
@@ -124,9 +131,11 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
             warning, once per run context).
 
     Raises:
-        PlacementError, KernelNotFoundError, GraphFormatError.
+        PlacementError, KernelNotFoundError, GraphFormatError (among others: two entries live
+            at the same time on one storage id, see :func:`graphrt.storage.check_storage_ids`).
     """
     plan = plan_storage(graph, devices, strict=strict, device_map=device_map)
+    check_storage_ids(graph)
     programs = _programs(graph, plan, library)
     plan = with_scratch(plan, scratch_needs(programs))
     programs = tuple(_with_offsets(p, plan) for p in programs)

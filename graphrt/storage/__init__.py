@@ -1,5 +1,15 @@
-"""Storage planning: the device-tagged pool a graph needs (pure; allocates nothing)."""
+"""Storage planning: the device-tagged pool a graph needs, and the liveness analysis that
+assigns storage ids and checks the ones a graph brings (pure; allocates nothing)."""
 
+from .liveness import (
+    BEFORE_RUN,
+    StorageAssignment,
+    alias_roots,
+    assign_storage_ids,
+    check_storage_ids,
+    live_ranges,
+    plan_storage_ids,
+)
 from .plan import Fallback, PoolEntry, StoragePlan, check_capacity, plan_storage, with_scratch
 from .report import (
     CopyInfo,
@@ -12,6 +22,7 @@ from .report import (
 from .scratch import ScratchNeed, ScratchPlan, plan_scratch
 
 __all__ = [
+    "BEFORE_RUN",
     "CopyInfo",
     "DeviceUsage",
     "Fallback",
@@ -21,10 +32,16 @@ __all__ = [
     "RemapInfo",
     "ScratchNeed",
     "ScratchPlan",
+    "StorageAssignment",
     "StoragePlan",
+    "alias_roots",
+    "assign_storage_ids",
     "check_capacity",
+    "check_storage_ids",
+    "live_ranges",
     "placement_report",
     "plan_scratch",
     "plan_storage",
+    "plan_storage_ids",
     "with_scratch",
 ]
