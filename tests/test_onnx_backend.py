@@ -33,7 +33,7 @@ with warnings.catch_warnings():  # building the node test cases warns about over
 
 import graphrt  # noqa: E402
 import graphrt.onnx.backend as backend  # noqa: E402
-from graphrt.onnx.model import OnnxNode  # noqa: E402
+from graphrt.onnx.model import MIN_OPSET, OnnxNode  # noqa: E402
 from graphrt.onnx.registry import find_converter  # noqa: E402
 
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
@@ -41,18 +41,16 @@ KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 # Op families graphrt deliberately does not support: op type (domain-qualified outside the
 # default domain) → reason.
 _FAMILIES: dict[str, tuple[str, ...]] = {
-    "sequences and optionals: graphrt's graphs carry tensors only": (
-        "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-        "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence",
+    "optional values: graphrt's graphs carry tensors only": (
         "OptionalGetElement", "OptionalHasElement", "Optional"),
     "strings: graphrt has no string dtype": (
         "StringNormalizer", "StringSplit", "StringConcat", "RegexFullMatch",
         "TfIdfVectorizer"),
-    "control flow (If, Loop, Scan): graphrt runs a fixed list of kernels": (
-        "If", "Loop", "Scan"),
-    "training (gradients, optimizers)": (
+    "control flow (If, Loop, Scan, SequenceMap): graphrt runs a fixed list of kernels": (
+        "If", "Loop", "Scan", "SequenceMap"),
+    "training optimizers": (
         "ai.onnx.preview.training.Adagrad", "ai.onnx.preview.training.Adam",
-        "ai.onnx.preview.training.Momentum", "ai.onnx.preview.training.Gradient"),
+        "ai.onnx.preview.training.Momentum"),
     "random number generation: outputs are not reproducible": (
         "Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform",
         "RandomUniformLike", "Multinomial"),
@@ -117,11 +115,16 @@ def classify(name: str, model: Any) -> tuple[str, str]:
     for op in ops:
         if op in EXCLUDED_OPS:
             return "excluded", EXCLUDED_OPS[op]
+    graph = model.graph
+    if any(vi.type.WhichOneof("value") != "tensor_type" for vi in [*graph.input, *graph.output]):
+        return "excluded", ("sequence, optional or map graph inputs/outputs: a graphrt graph "
+                            "takes and gives tensors (sequences inside a model are supported)")
     missing = sorted(_MISSING_TYPES[t] for t in _types_in(model) if t in _MISSING_TYPES)
     if missing:
         return "excluded", f"data types graphrt lacks ({', '.join(missing)})"
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version
               for o in model.opset_import}
+    opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)  # older models are upgraded
     for node in model.graph.node:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         view = OnnxNode(_op_name(node), node.name, (), (), {}, opsets.get(domain, 0), 0)

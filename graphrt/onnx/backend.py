@@ -57,6 +57,11 @@ class GraphrtRep(BackendRep):
         graph = self._proto.graph
         initializers = {t.name for t in graph.initializer}
         self._inputs = [vi.name for vi in graph.input if vi.name not in initializers]
+        for value_info in [*graph.input, *graph.output]:
+            kind = value_info.type.WhichOneof("value")
+            if kind != "tensor_type":
+                raise ConversionError(f"graph input or output {value_info.name!r} is a {kind}; "
+                                      "a graphrt graph takes and gives tensors")
         self._frozen: list[str] = []  # inputs whose values the conversion needs
         self._modules: dict[Any, Any] = {}
         self._static = all(

@@ -69,6 +69,11 @@ class Builder:
     """Values whose shape follows symbolic input dimensions: their dims as expressions."""
     shape_vars: dict[str, tuple[int, int]] = field(default_factory=dict)
     """The symbolic dimensions' ``(min, max)``."""
+    sequences: dict[str, list[str]] = field(default_factory=dict)
+    """ONNX sequence values, which exist only while converting: each is the list of its
+    tensor values (its length and element positions are known at conversion)."""
+    names: dict[str, str] = field(default_factory=dict)
+    """ONNX value name → builder value, for converters whose attributes name values."""
     _count: int = 0
 
     def _fresh(self, hint: str) -> str:
@@ -91,8 +96,29 @@ class Builder:
         self.types[key] = TensorType(tuple(int(d) for d in array.shape), str(array.dtype))
         return key
 
+    def sequence(self, items: Sequence[str]) -> str:
+        """A new sequence value holding the tensor values ``items``."""
+        key = self._fresh("sequence")
+        self.sequences[key] = list(items)
+        return key
+
+    def sequence_items(self, name: str) -> list[str]:
+        """The tensor values of sequence ``name``.
+
+        Raises:
+            ConversionError: ``name`` is a tensor, not a sequence.
+        """
+        items = self.sequences.get(name)
+        if items is None:
+            raise ConversionError(f"{self.source}: {name!r} is a tensor where a sequence is "
+                                  "expected")
+        return list(items)
+
     def type(self, name: str) -> TensorType:
         """The type of value ``name``."""
+        if name in self.sequences:
+            raise ConversionError(f"{self.source}: {name!r} is a sequence where a tensor is "
+                                  "expected")
         return self.types[name]
 
     def shape(self, name: str) -> tuple[int, ...]:

@@ -3,9 +3,11 @@
 from . import (  # noqa: F401  (registration)
     attention,
     elementwise,
+    gradient,
     nn,
     quant,
     reduce,
     resize,
+    sequence,
     tensor,
 )
