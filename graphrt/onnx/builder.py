@@ -139,8 +139,28 @@ class Builder:
         """
         value = self.constants.get(name)
         if value is None:
-            raise NotConstantError(self.source, name, what)
+            root = self._input_behind(name)
+            if root is not None and root != name:
+                what = f"{what or 'this input'}, computed from graph input {root!r},"
+            raise NotConstantError(self.source, root or name, what)
         return value
+
+    def _input_behind(self, name: str) -> str | None:
+        """The first graph input whose values ``name`` is computed from, or None (so that a
+        caller such as the ONNX backend can freeze that input)."""
+        made_by = {out: step for step in self.steps for out in step.outputs}
+        seen, todo = set(), [name]
+        while todo:
+            value = todo.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            if value in self.inputs:
+                return value
+            step = made_by.get(value)
+            if step is not None:
+                todo.extend(reversed(step.inputs))
+        return None
 
     def op(self, op_name: str, inputs: Sequence[str], attrs: Mapping[str, Any] | None = None,
            num_outputs: int | None = None) -> list[str]:

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ..builder import Builder, NotConstantError
+from ..builder import Builder
 from ..model import OnnxNode, dtype_name
 from ..registry import ConvertFn, converter
+from .common import const_floats, const_ints
 
 __all__: list[str] = []
 
@@ -52,50 +53,6 @@ def _flag(n: OnnxNode, key: str, default: int) -> bool:
     return bool(value)
 
 
-def _graph_input_behind(b: Builder, name: str) -> str | None:
-    """The first graph input whose values ``name`` is computed from, or None."""
-    made_by = {out: step for step in b.steps for out in step.outputs}
-    seen, todo = set(), [name]
-    while todo:
-        value = todo.pop()
-        if value in seen:
-            continue
-        seen.add(value)
-        if value in b.inputs:
-            return value
-        step = made_by.get(value)
-        if step is not None:
-            todo.extend(reversed(step.inputs))
-    return None
-
-
-def _value(b: Builder, name: str, what: str) -> np.ndarray[Any, Any]:
-    """The value of constant ``name``.
-
-    Raises:
-        NotConstantError: ``name`` is computed at run time; it names the graph input the value
-            is computed from (when there is one), so the ONNX backend can freeze that input.
-    """
-    try:
-        return b.constant_value(name, what)
-    except NotConstantError:
-        root = _graph_input_behind(b, name)
-        if root is None or root == name:
-            raise
-        raise NotConstantError(b.source, root, f"{what}, computed from graph input "
-                               f"{root!r},") from None
-
-
-def _const_ints(b: Builder, name: str, what: str) -> list[int]:
-    """The values of constant input ``name`` as a list of ints (see :func:`_value`)."""
-    return [int(v) for v in np.asarray(_value(b, name, what)).reshape(-1)]
-
-
-def _const_floats(b: Builder, name: str, what: str) -> list[float]:
-    """The values of constant input ``name`` as a list of floats (see :func:`_value`)."""
-    return [float(v) for v in np.asarray(_value(b, name, what)).reshape(-1)]
-
-
 def _reshape_to(b: Builder, x: str, shape: Sequence[int]) -> str:
     """``x`` with exactly ``shape`` (same number of elements).
 
@@ -110,7 +67,7 @@ def _reshape_to(b: Builder, x: str, shape: Sequence[int]) -> str:
 
 def _input_or_attr_ints(b: Builder, n: OnnxNode, index: int, what: str) -> list[int] | None:
     name = n.input(index)
-    return None if name is None else _const_ints(b, name, what)
+    return None if name is None else const_ints(b, name, what)
 
 
 def _since(ranges: Sequence[tuple[int, int | None]], op_type: str,
@@ -159,7 +116,7 @@ def _onnx_reshape(n: OnnxNode, src: tuple[int, ...], spec: list[int],
 def _reshape(allowzero_attr: bool) -> ConvertFn:
     def convert(b: Builder, n: OnnxNode) -> list[str]:
         x = n.inputs[0]
-        spec = _const_ints(b, n.inputs[1], "the target shape")
+        spec = const_ints(b, n.inputs[1], "the target shape")
         allowzero = _flag(n, "allowzero", 0) if allowzero_attr else False
         if allowzero and 0 in spec and -1 in spec:
             raise n.fail(f"shape {spec} has both 0 and -1, which allowzero=1 forbids")
@@ -216,7 +173,7 @@ def _unsqueeze(axes_input: bool) -> ConvertFn:
         x = n.inputs[0]
         shape = b.shape(x)
         if axes_input:
-            axes = _const_ints(b, n.inputs[1], "axes")
+            axes = const_ints(b, n.inputs[1], "axes")
         else:
             axes = [int(a) for a in n.attr("axes")]
         rank = len(shape) + len(axes)
@@ -237,7 +194,7 @@ converter("Unsqueeze", since=13)(_unsqueeze(True))
 @converter("Expand", since=8)
 def _expand(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
-    target = _const_ints(b, n.inputs[1], "the target shape")
+    target = const_ints(b, n.inputs[1], "the target shape")
     try:
         shape = [int(d) for d in np.broadcast_shapes(b.shape(x), tuple(target))]
     except ValueError:
@@ -249,7 +206,7 @@ def _expand(b: Builder, n: OnnxNode) -> list[str]:
 @converter("Tile")
 def _tile(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
-    reps = _const_ints(b, n.inputs[1], "repeats")
+    reps = const_ints(b, n.inputs[1], "repeats")
     if len(reps) != len(b.shape(x)) or any(r < 0 for r in reps):
         raise n.fail(f"repeats {reps} must be one non-negative value per axis of the "
                      f"{len(b.shape(x))}-D input")
@@ -356,8 +313,8 @@ def _slice_attrs(b: Builder, n: OnnxNode) -> list[str]:
 @converter("Slice", since=10)
 def _slice_inputs(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
-    args = _slice_args(n, b.shape(x), _const_ints(b, n.inputs[1], "starts"),
-                       _const_ints(b, n.inputs[2], "ends"),
+    args = _slice_args(n, b.shape(x), const_ints(b, n.inputs[1], "starts"),
+                       const_ints(b, n.inputs[2], "ends"),
                        _input_or_attr_ints(b, n, 3, "axes"),
                        _input_or_attr_ints(b, n, 4, "steps"))
     return b.op("strided_slice", [x], args)
@@ -390,7 +347,7 @@ def _gather_nd(b: Builder, n: OnnxNode) -> list[str]:
 @converter("Compress", since=9)
 def _compress(b: Builder, n: OnnxNode) -> list[str]:
     data = n.inputs[0]
-    condition = np.asarray(_value(b, n.inputs[1], "the condition")).reshape(-1)
+    condition = np.asarray(b.constant_value(n.inputs[1], "the condition")).reshape(-1)
     shape = b.shape(data)
     axis = n.attr("axis", None)
     length = _size(shape) if axis is None else shape[_axis(n, int(axis), len(shape))]
@@ -460,7 +417,7 @@ def _pad_value(b: Builder, n: OnnxNode, x: str, index: int) -> np.ndarray[Any, A
     name = n.input(index)
     if name is None:
         return np.zeros((), b.dtype(x))
-    value = np.asarray(_value(b, name, "constant_value"))
+    value = np.asarray(b.constant_value(name, "constant_value"))
     if value.size != 1:
         raise n.fail(f"constant_value must be one value, given {value.size}")
     return value.reshape(()).astype(b.dtype(x))
@@ -542,7 +499,7 @@ def _pad(since: int) -> ConvertFn:
             value = np.asarray(float(n.attr("value", 0.0))).astype(b.dtype(x))
             axes = None
         else:
-            pads = _const_ints(b, n.inputs[1], "pads")
+            pads = const_ints(b, n.inputs[1], "pads")
             value = _pad_value(b, n, x, 2)
             axes = _input_or_attr_ints(b, n, 3, "axes") if since >= 18 else None
         return [_emit_pad(b, n, x, _pad_widths(n, pads, ndim, axes), mode, value)]
@@ -557,7 +514,7 @@ _since([(7, 10), (11, 17), (18, 18), (19, None)], "Pad", _pad)
 def _center_crop_pad(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
     shape = b.shape(x)
-    target = _const_ints(b, n.inputs[1], "the target shape")
+    target = const_ints(b, n.inputs[1], "the target shape")
     axes_attr = n.attr("axes", None)
     axes = (list(range(len(shape))) if axes_attr is None
             else _axes(n, [int(a) for a in axes_attr], len(shape)))
@@ -633,7 +590,7 @@ def _size_op(b: Builder, n: OnnxNode) -> list[str]:
 
 def _range(since: int) -> ConvertFn:
     def convert(b: Builder, n: OnnxNode) -> list[str]:
-        values = [np.asarray(_value(b, name, what)) for name, what in
+        values = [np.asarray(b.constant_value(name, what)) for name, what in
                   zip(n.inputs[:3], ("start", "limit", "delta"), strict=True)]
         for value, what in zip(values, ("start", "limit", "delta"), strict=True):
             if value.size != 1:
@@ -683,7 +640,7 @@ def _constant(b: Builder, n: OnnxNode) -> list[str]:
 
 @converter("ConstantOfShape", since=9)
 def _constant_of_shape(b: Builder, n: OnnxNode) -> list[str]:
-    shape = _const_ints(b, n.inputs[0], "the shape")
+    shape = const_ints(b, n.inputs[0], "the shape")
     if any(d < 0 for d in shape):
         raise n.fail(f"shape {shape} has a negative dim")
     value = n.attr("value", None)
@@ -707,7 +664,7 @@ def _eye_like(b: Builder, n: OnnxNode) -> list[str]:
 def _one_hot(since: int) -> ConvertFn:
     def convert(b: Builder, n: OnnxNode) -> list[str]:
         indices, depth_name, values = n.inputs[0], n.inputs[1], n.inputs[2]
-        depth = _const_floats(b, depth_name, "depth")
+        depth = const_floats(b, depth_name, "depth")
         if len(depth) != 1 or depth[0] < 1:
             raise n.fail(f"depth must be one positive value, given {depth}")
         axis = int(n.attr("axis", -1))
@@ -733,7 +690,7 @@ _since([(9, 10), (11, None)], "OneHot", _one_hot)
 @converter("CumSum", since=11)
 def _cumsum(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
-    axis = _const_ints(b, n.inputs[1], "axis")
+    axis = const_ints(b, n.inputs[1], "axis")
     if len(axis) != 1:
         raise n.fail(f"axis must be one value, given {axis}")
     ndim = len(b.shape(x))
@@ -753,7 +710,7 @@ def _topk(since: int) -> ConvertFn:
         if since < 10:
             k = int(n.attr("k"))
         else:
-            ks = _const_ints(b, n.inputs[1], "k")
+            ks = const_ints(b, n.inputs[1], "k")
             if len(ks) != 1:
                 raise n.fail(f"k must be one value, given {ks}")
             k = ks[0]
