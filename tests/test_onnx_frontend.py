@@ -237,3 +237,24 @@ def test_the_docs_table_of_supported_ops_is_generated_from_the_code() -> None:
     docs = Path(__file__).resolve().parents[1] / "docs" / "onnx.md"
     text = docs.read_text()
     assert update(text) == text, "run: python -m graphrt.onnx.optable docs/onnx.md"
+
+
+def test_a_function_reading_two_symbolic_values_sees_both_at_the_run_shapes() -> None:
+    # Each input's new shape is bound as it is set; the step reading both (take + add, fused)
+    # must be prepared once both are, not for a mix of the old and the new shape.
+    rng = np.random.default_rng(0)
+    w, p = (rng.standard_normal((n, 8)).astype("float32") for n in (100, 50))
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["w", "ids"], ["h"]),
+         helper.make_node("Gather", ["p", "pos"], ["q"]),
+         helper.make_node("Add", ["h", "q"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("pos", TensorProto.INT64, [1, "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(p, "p")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod = graphrt.from_onnx(model, dim_bounds={"batch": 4, "seq": 16}).create("cpu")
+    for batch, seq in ((2, 5), (4, 16), (1, 3)):
+        ids = rng.integers(0, 100, (batch, seq))
+        pos = np.arange(seq)[None]
+        np.testing.assert_allclose(mod(ids=ids, pos=pos)[0], w[ids] + p[pos])

@@ -118,7 +118,7 @@ class DynamicRunner:
         if eid in self.dynamic_eids and self._actual[eid] != shape:
             assert self.table is not None
             self._last_inputs = None
-            self.table.rebind({eid: self.slot_view(eid, shape)})
+            self.table.rebind({eid: self.slot_view(eid, shape)}, defer=True)
             self._actual[eid] = shape
             for member in self.groups.members[self.groups.root[eid]]:
                 if member != eid and member in self._actual:
@@ -172,6 +172,8 @@ class DynamicRunner:
                 raise
             except Exception as err:
                 raise InputError(f"the inputs' shapes do not fit the graph: {err}") from err
+            assert self.table is not None
+            self.table.flush()
             self._last_inputs = key
 
     @property

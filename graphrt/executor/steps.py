@@ -161,18 +161,31 @@ class StepTable:
             for eid in spec.eids:
                 self._users.setdefault(eid, []).append(index)
         self.steps: list[Step] = [spec.prepare(views) for spec in self._specs]
+        self._stale: set[int] = set()
         self.nids: list[int] = [spec.nid for spec in self._specs]
         self.kinds: list[str] = [spec.kind for spec in self._specs]
 
-    def rebind(self, arrays: Mapping[int, Array]) -> None:
-        """Bind entries to arrays and re-prepare their steps."""
+    def rebind(self, arrays: Mapping[int, Array], *, defer: bool = False) -> None:
+        """Bind entries to arrays and re-prepare their steps, or with ``defer`` only mark them
+        for :meth:`flush` (a dynamic graph's inputs change shape one by one, and a step that
+        reads two of them is prepared once all are set, never for a mix of old and new)."""
         touched: set[int] = set()
         for eid, array in arrays.items():
             if self.views[eid] is not array:
                 self.views[eid] = array
                 touched.update(self._users.get(eid, ()))
+        if defer:
+            self._stale.update(touched)
+            return
+        self._stale.difference_update(touched)
         for index in touched:
             self.steps[index] = self._specs[index].prepare(self.views)
+
+    def flush(self) -> None:
+        """Re-prepare the steps :meth:`rebind` deferred."""
+        for index in self._stale:
+            self.steps[index] = self._specs[index].prepare(self.views)
+        self._stale.clear()
 
     def set_tail(self, tail: Sequence[tuple[Step, int]]) -> None:
         """Make ``tail`` the steps that run after the body (copies into bound outputs), each
