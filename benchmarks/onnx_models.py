@@ -1,0 +1,226 @@
+"""ResNet-50, MobileNetV2 and a BERT encoder: graphrt (``from_onnx``) against ONNX Runtime.
+
+The models come from ``examples/onnx/models.py`` (exporter-style layouts, seeded random
+weights), one per batch size. Each is converted (timed), checked to agree with ONNX Runtime
+(max|err| / max|ref| < 1e-3) and then timed: after a warm-up, graphrt and ONNX Runtime
+(default session options, CPUExecutionProvider) run alternately in this one process, and the
+table reports the median of ``--repeat`` runs of each, their ratio, the activation pool the
+converter planned (``bundle.metadata["memory"]`` less the params, which it counts too)
+against its lower bound and against one buffer per entry, and the conversion time. The CPU,
+numpy's BLAS and the thread counts are printed (and written with ``--json``) alongside, since
+they decide the numbers.
+
+Usage: ``python benchmarks/onnx_models.py [--models resnet50,mobilenet_v2,bert]
+[--batches 1,8] [--repeat 10] [--json results.json]``
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# OPENBLAS_CORETYPE pins OpenBLAS to one kernel family when numpy loads it; a stale setting
+# would time numpy's matmuls with the wrong kernels. Drop it and start again, before numpy.
+if "OPENBLAS_CORETYPE" in os.environ:
+    os.environ.pop("OPENBLAS_CORETYPE")
+    os.environ["GRAPHRT_BENCH_UNSET_CORETYPE"] = "1"
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+import argparse
+import importlib.util
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+import graphrt
+
+MODELS_FILE = Path(__file__).resolve().parents[1] / "examples" / "onnx" / "models.py"
+TOLERANCE = 1e-3
+
+
+def load_models() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("onnx_example_models", MODELS_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def blas_info() -> list[dict[str, Any]]:
+    """numpy's BLAS: threadpoolctl's view when installed, else numpy's build config."""
+    try:
+        from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+    except ImportError:
+        config: Any = np.show_config(mode="dicts")
+        deps = config.get("Build Dependencies", {})
+        return [{"source": "numpy.show_config", "api": key, **{k: v for k, v in value.items()
+                                                               if k in ("name", "version")}}
+                for key, value in deps.items() if key in ("blas", "lapack")]
+    return [{"source": "threadpoolctl", **{k: info.get(k) for k in (
+        "internal_api", "version", "num_threads", "threading_layer", "architecture",
+        "filepath")}} for info in threadpool_info()]
+
+
+def environment() -> dict[str, Any]:
+    import onnxruntime
+
+    return {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "graphrt": graphrt.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "blas": blas_info(),
+        "thread_env": {k: os.environ.get(k) for k in (
+            "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
+        "openblas_coretype_unset": os.environ.get("GRAPHRT_BENCH_UNSET_CORETYPE") == "1",
+        "ort_threads": "default session options (intra_op_num_threads=0: one per physical "
+                       "core)",
+    }
+
+
+def build(models: ModuleType, name: str, batch: int) -> Any:
+    if name == "resnet50":
+        return models.resnet50(batch=batch)
+    if name == "mobilenet_v2":
+        return models.mobilenet_v2(batch=batch)
+    if name == "bert":
+        return models.bert_encoder(batch=batch)
+    raise SystemExit(f"unknown model {name!r} (resnet50, mobilenet_v2, bert)")
+
+
+def interleaved(contenders: dict[str, Callable[[], Any]], warmup: int, repeat: int
+                ) -> dict[str, float]:
+    """Median seconds of each contender, run alternately after ``warmup`` rounds."""
+    for _ in range(warmup):
+        for fn in contenders.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeat):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure(models: ModuleType, name: str, batch: int, warmup: int, repeat: int
+            ) -> dict[str, Any]:
+    import onnxruntime
+
+    model = build(models, name, batch)
+    feeds = models.sample_inputs(model, {"batch": batch, "seq": 128})
+    row: dict[str, Any] = {"model": name, "batch": batch}
+    start = time.perf_counter()
+    try:
+        bundle = graphrt.from_onnx(model)
+    except graphrt.GraphrtError as err:
+        row["error"] = f"{type(err).__name__}: {err}"
+        return row
+    row["convert_s"] = time.perf_counter() - start
+    memory: dict[str, int] = dict(bundle.metadata["memory"])  # type: ignore[arg-type]
+    # The metadata's figures count the params too, each pinned in a slot of its own; the
+    # activation pool is what is left without them.
+    params = sum(int(a.nbytes) for a in bundle.params.values())
+    row.update({"metadata_memory": memory, "params_bytes": params,
+                "pool_bytes": memory["planned_bytes"] - params,
+                "lower_bound_bytes": memory["lower_bound_bytes"] - params,
+                "one_buffer_per_entry_bytes": memory["one_buffer_per_entry_bytes"] - params})
+    mod = bundle.create(graphrt.cpu(0))
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    (y,) = mod(**feeds)
+    (ref,) = session.run(None, feeds)
+    row["rel_err"] = float(np.abs(np.asarray(y) - ref).max() / np.abs(ref).max())
+    if not row["rel_err"] < TOLERANCE:
+        row["error"] = f"outputs disagree: max|err|/max|ref| = {row['rel_err']:.3g}"
+        return row
+    medians = interleaved({"graphrt": lambda: mod.run(**feeds),
+                           "ort": lambda: session.run(None, feeds)}, warmup, repeat)
+    row.update({"graphrt_ms": medians["graphrt"] * 1e3, "ort_ms": medians["ort"] * 1e3,
+                "ratio": medians["graphrt"] / medians["ort"]})
+    return row
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'model':<13} {'batch':>5} {'graphrt ms':>11} {'ORT ms':>9} {'ratio':>6}  "
+            f"{'activations MiB: pool / bound / naive':>37}  {'convert s':>9}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "graphrt_ms" not in r:
+            error = r["error"].splitlines()
+            lines.append(f"{r['model']:<13} {r['batch']:>5}  failed: {error[0]}")
+            lines += [f"{'':>21}{line}" for line in error[1:4]]
+            continue
+        pool = " / ".join(mib(r[k]) for k in ("pool_bytes", "lower_bound_bytes",
+                                               "one_buffer_per_entry_bytes"))
+        lines.append(f"{r['model']:<13} {r['batch']:>5} {r['graphrt_ms']:>11.2f} "
+                     f"{r['ort_ms']:>9.2f} {r['ratio']:>6.2f}  {pool:>37}  "
+                     f"{r['convert_s']:>9.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet50,mobilenet_v2,bert")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise SystemExit("needs onnx and onnxruntime: pip install onnx onnxruntime") from None
+    models = load_models()
+    env = environment()
+    print(f"cpu: {env['cpu']} ({env['cpu_count']} logical, {env['affinity']} usable); "
+          f"python {env['python']}, numpy {env['numpy']}, onnxruntime {env['onnxruntime']}")
+    for blas in env["blas"]:
+        print("blas: " + ", ".join(f"{k}={v}" for k, v in blas.items() if k != "source"))
+    print(f"threads: {env['ort_threads']} for ORT; env "
+          + ", ".join(f"{k}={v}" for k, v in env["thread_env"].items())
+          + ("; OPENBLAS_CORETYPE was set and has been unset" if env[
+              "openblas_coretype_unset"] else ""))
+    print(f"median of {args.repeat} interleaved runs after {args.warmup} warm-up runs; "
+          "bert: 4 layers, hidden 256, 4 heads, seq 128\n")
+    rows = []
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            rows.append(measure(models, name.strip(), batch, args.warmup, args.repeat))
+            print(table(rows[-1:]).splitlines()[-1] if "graphrt_ms" in rows[-1] else
+                  f"  {name} batch {batch}: {rows[-1]['error'].splitlines()[0]}", flush=True)
+    print("\n" + table(rows))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"environment": env, "repeat": args.repeat,
+                                         "warmup": args.warmup, "results": rows}, indent=2))
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
