@@ -258,3 +258,29 @@ def test_a_function_reading_two_symbolic_values_sees_both_at_the_run_shapes() ->
         ids = rng.integers(0, 100, (batch, seq))
         pos = np.arange(seq)[None]
         np.testing.assert_allclose(mod(ids=ids, pos=pos)[0], w[ids] + p[pos])
+
+
+def test_a_constant_cut_to_a_symbolic_length_follows_it_at_run_time() -> None:
+    # As torch exports position embeddings: table[:seq] with seq = Shape(x)[1], added to x.
+    table = np.random.default_rng(1).standard_normal((32, 4)).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["shape"]),
+         helper.make_node("Gather", ["shape", "one"], ["seq"]),
+         helper.make_node("Unsqueeze", ["seq", "zero"], ["end"]),
+         helper.make_node("Slice", ["table", "start", "end", "zero"], ["rows"]),
+         helper.make_node("Add", ["x", "rows"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [onnx.numpy_helper.from_array(table, "table"),
+         helper.make_tensor("one", TensorProto.INT64, [], [1]),
+         helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+         helper.make_tensor("start", TensorProto.INT64, [1], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    bundle = graphrt.from_onnx(model, dim_bounds={"batch": 2, "seq": 32})
+    ops = [step["op"] for f in json.loads(bundle.documents["lib.json"])["functions"].values()
+           for step in f["body"]]
+    assert "slice_like" in ops
+    mod = bundle.create("cpu")
+    for batch, seq in ((1, 5), (2, 32), (2, 17)):
+        x = np.ones((batch, seq, 4), "float32")
+        np.testing.assert_allclose(mod(x=x)[0], x + table[:seq])

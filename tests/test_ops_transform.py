@@ -137,6 +137,24 @@ def test_squeeze_errors() -> None:
         infer("squeeze", [TensorType((1, 3), "float32")], {"axis": [2]})
 
 
+@device_param
+def test_slice_like(device: graphrt.Device) -> None:
+    x = arange(1, 6, 4)
+    like = np.zeros((3, 2), "int64")
+    check("slice_like", [x, like], {"axes": [1], "like_axes": [1]}, device, x[:, :2])
+    check("slice_like", [x, like], {"axes": [1, 2], "like_axes": [0, 0]}, device,
+          x[:, :3, :3])
+
+
+def test_slice_like_errors() -> None:
+    with pytest.raises(OpError, match="cannot take 9 elements of axis 1"):
+        infer("slice_like", [TensorType((1, 6), "float32"), TensorType((9,), "int64")],
+              {"axes": [1], "like_axes": [0]})
+    with pytest.raises(OpError, match="differ in length"):
+        infer("slice_like", [TensorType((1, 6), "float32"), TensorType((9,), "int64")],
+              {"axes": [1], "like_axes": [0, 0]})
+
+
 # ----------------------------------------------------------------------------- concat, split
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConversionError
-from .builder import Builder
+from .builder import Builder, Step
 
 __all__ = ["generalize", "sample_points", "symbolic_bounds"]
 
@@ -128,11 +128,55 @@ def _rewrite_reshape(b: Builder, index: int, newshapes: list[list[int]],
     return base
 
 
+def _same(value: Any, base: np.ndarray[Any, Any]) -> bool:
+    return value is not None and value.shape == base.shape and bool(np.array_equal(
+        value, base, equal_nan=value.dtype.kind == "f"))
+
+
+def _crop_by_reference(b: Builder, built: Sequence[tuple[Builder, list[str]]], name: str,
+                       dims: dict[str, tuple[int | str, ...]]) -> bool:
+    """Keep a constant that varies as its largest form, cut at run time to the size of a
+    value whose dimension follows the same variables (``slice_like``), when at every size
+    it is that largest form's leading part: position ids ``[:, :seq]`` of a table, say."""
+    base = b.constants[name]
+    for other, _ in built[1:]:
+        value = other.constants.get(name)
+        if value is None or value.ndim != base.ndim or any(
+                d > e for d, e in zip(value.shape, base.shape, strict=True)):
+            return False
+        if not _same(value, base[tuple(slice(0, d) for d in value.shape)]):
+            return False
+    wanted = dims.get(name)
+    if wanted is None:
+        return False
+    axes = [k for k, d in enumerate(wanted) if isinstance(d, str)]
+    producers = {out: index for index, step in enumerate(b.steps) for out in step.outputs}
+    for ref in [*b.inputs, *producers]:
+        ref_dims = dims.get(ref, ())
+        like_axes = [next((j for j, d in enumerate(ref_dims) if d == wanted[k]), -1)
+                     for k in axes]
+        at = producers[ref] + 1 if ref in producers else 0
+        if not ref_dims or -1 in like_axes or any(name in s.inputs for s in b.steps[:at]):
+            continue
+        cropped = f"{name}:cropped"
+        b.types[cropped] = b.types[name]
+        dims[cropped] = wanted
+        del dims[name]
+        for step in b.steps[at:]:
+            step.inputs = [cropped if v == name else v for v in step.inputs]
+        user = next(step.source for step in b.steps if cropped in step.inputs)
+        b.steps.insert(at, Step("slice_like", [name, ref], [cropped],
+                                {"axes": axes, "like_axes": like_axes}, user))
+        return True
+    return False
+
+
 def generalize(points: Sequence[Mapping[str, int]],
                built: Sequence[tuple[Builder, list[str]]], bounds: Mapping[str, int]) -> None:
     """Make the first builder (converted at the bounds) symbolic, checking the others agree.
 
-    Sets ``symbolic_dims`` and ``shape_vars`` on it and rewrites reshape targets.
+    Sets ``symbolic_dims`` and ``shape_vars`` on it, rewrites reshape targets, and cuts
+    constants that follow a variable from their largest form at run time.
 
     Raises:
         ConversionError: the conversions differ in anything but affine dimensions and reshape
@@ -148,14 +192,6 @@ def generalize(points: Sequence[Mapping[str, int]],
             if (mine.op, mine.inputs, mine.outputs) != (theirs.op, theirs.inputs,
                                                         theirs.outputs):
                 raise _differ(mine.source, f"op {mine.op!r}", points)
-    used = {name for step in b.steps for name in step.inputs} | set(outputs)
-    for name in sorted(used & set(b.constants)):
-        for other, _ in built[1:]:
-            value = other.constants.get(name)
-            if value is None or value.shape != b.constants[name].shape or not np.array_equal(
-                    value, b.constants[name], equal_nan=value.dtype.kind == "f"):
-                user = next((s.source for s in b.steps if name in s.inputs), "a graph output")
-                raise _differ(user, f"a constant it reads ({name!r})", points)
     for index, step in enumerate(b.steps):
         for key, value in step.attrs.items():
             values = [other.steps[index].attrs.get(key) for other, _ in built]
@@ -168,8 +204,11 @@ def generalize(points: Sequence[Mapping[str, int]],
             else:
                 raise _differ(step.source, f"attribute {key!r} of op {step.op!r} "
                               f"({value!r})", points)
+    used = {name for step in b.steps for name in step.inputs} | set(outputs)
+    relevant = used | set(b.inputs) | {out for step in b.steps for out in step.outputs}
     dims: dict[str, tuple[int | str, ...]] = {}
-    for name, tensor in b.types.items():
+    for name in sorted(relevant):
+        tensor = b.types[name]
         shapes = [other.types[name].shape if name in other.types else None for other, _ in built]
         if all(shape == tensor.shape for shape in shapes):
             continue
@@ -183,5 +222,11 @@ def generalize(points: Sequence[Mapping[str, int]],
                               "affine function of the variables", points)
             symbolic.append(_expression(*fit))
         dims[name] = tuple(symbolic)
+    for name in sorted(used & set(b.constants)):
+        if all(_same(other.constants.get(name), b.constants[name]) for other, _ in built[1:]):
+            continue
+        user = next((s.source for s in b.steps if name in s.inputs), "a graph output")
+        if name in outputs or not _crop_by_reference(b, built, name, dims):
+            raise _differ(user, f"a constant it reads ({name!r})", points)
     b.symbolic_dims = dims
     b.shape_vars = {name: (1, bound) for name, bound in bounds.items() if bound >= 2}

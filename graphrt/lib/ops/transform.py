@@ -268,6 +268,44 @@ register_op(OpDef(name="squeeze", attrs=SqueezeAttrs, arity=1, infer=_squeeze_in
 
 
 # ---------------------------------------------------------------------------------------------
+# slice_like
+
+
+class SliceLikeAttrs(Attrs):
+    """``slice_like(data, like)``: the leading ``like.shape[like_axes[i]]`` elements of
+    ``data`` along ``axes[i]`` (TVM's op; ``like_axes`` defaults to ``axes``). Only ``like``'s
+    shape is read, so a constant can follow a dimension that varies from run to run."""
+
+    axes: list[int]
+    like_axes: list[int] | None = None
+
+
+def _slice_like_infer(types: Sequence[TensorType], attrs: SliceLikeAttrs,
+                      data: Sequence[Any]) -> list[TensorType]:
+    src, like = types
+    like_axes = attrs.like_axes if attrs.like_axes is not None else attrs.axes
+    if len(like_axes) != len(attrs.axes):
+        raise OpError(f"slice_like: axes {attrs.axes} and like_axes {like_axes} differ in "
+                      "length")
+    shape = list(src.shape)
+    for axis, like_axis in zip(attrs.axes, like_axes, strict=True):
+        i, j = normalize_axis(axis, src.ndim), normalize_axis(like_axis, like.ndim)
+        if like.shape[j] > shape[i]:
+            raise OpError(f"slice_like: cannot take {like.shape[j]} elements of axis {i}, "
+                          f"which has {shape[i]} (input shape {list(src.shape)})")
+        shape[i] = like.shape[j]
+    return [TensorType(tuple(shape), src.dtype)]
+
+
+def _slice_like(xp: Any, ins: Sequence[Any], outs: Sequence[Any], attrs: SliceLikeAttrs) -> None:
+    outs[0][...] = ins[0][tuple(slice(0, d) for d in outs[0].shape)]
+
+
+register_op(OpDef(name="slice_like", attrs=SliceLikeAttrs, arity=2, infer=_slice_like_infer,
+                  compute=_slice_like))
+
+
+# ---------------------------------------------------------------------------------------------
 # concatenate
 
 
