@@ -24,7 +24,7 @@ from .builder import Builder, TensorType
 from .emit import Emitted, emit
 from .fusion import fold_batch_norms, fuse_steps
 from .model import LoadedModel, dtype_name, load_model, to_array
-from .placement import place_steps
+from .placement import check_devices, place_steps, placement_decisions
 from .registry import check_supported, find_converter
 from .symbolic import generalize, sample_points, symbolic_bounds
 
@@ -34,11 +34,13 @@ __all__ = ["Converted", "convert_model", "from_onnx"]
 class Converted:
     """What conversion made, before it becomes a bundle (used by ``graphrt convert``)."""
 
-    def __init__(self, model: LoadedModel, emitted: Emitted, placement: list[dict[str, Any]]
-                 ) -> None:
+    def __init__(self, model: LoadedModel, emitted: Emitted, placement: list[dict[str, Any]],
+                 devices: Sequence[str] = ("cpu",)) -> None:
         self.model = model
         self.emitted = emitted
         self.placement = placement
+        """One decision per op node: ``{node, func_name, device, reason}``."""
+        self.devices = tuple(devices)
 
     def metadata(self) -> dict[str, Any]:
         model, emitted = self.model, self.emitted
@@ -52,6 +54,7 @@ class Converted:
             "memory": {"planned_bytes": emitted.pool_bytes,
                        "lower_bound_bytes": emitted.lower_bound_bytes,
                        "one_buffer_per_entry_bytes": emitted.naive_bytes},
+            **({"placement": self.placement} if len(self.devices) > 1 else {}),
         }
 
 
@@ -86,6 +89,7 @@ def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
 
 def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
     env: dict[str, str] = {name: name for name in b.types}
+    b.names.update(env)
     for node in model.nodes:
         conv = find_converter(node)
         assert conv is not None  # check_supported ran first
@@ -105,7 +109,7 @@ def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
                 continue
             if k >= len(outs):
                 raise node.fail(f"output {k} ({name!r}) is not supported")
-            env[name] = outs[k]
+            env[name] = b.names[name] = outs[k]
     return env
 
 
@@ -138,6 +142,9 @@ def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
     for value_info in graph.output:
         if value_info.name not in env:
             raise ConversionError(f"graph output {value_info.name!r} is never computed")
+        if env[value_info.name] in b.sequences:
+            raise ConversionError(f"graph output {value_info.name!r} is a sequence; graphrt "
+                                  "graphs output tensors only")
         outputs.append(env[value_info.name])
     return b, outputs
 
@@ -157,14 +164,16 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     b, outputs = built[0]
     if len(built) > 1:
         generalize(points, built, bounds)
+    device_types = check_devices(devices)
+    kinds = device_types or ["cpu"]
     if fuse:
         fold_batch_norms(b, outputs)
+    labels = {node.label: (node.op_type, node.name) for node in loaded.nodes}
+    reasons = place_steps(b, kinds, placement or {}, labels)
     groups = fuse_steps(b, outputs) if fuse else [[i] for i in range(len(b.steps))]
-    device_types = [str(d) for d in devices] if devices else None
-    decisions = place_steps(b, groups, device_types or ["cpu"], placement or {})
-    emitted = emit(b, outputs, groups, [vi.name for vi in loaded.proto.graph.output],
-                   device_types)
-    return Converted(loaded, emitted, decisions)
+    emitted = emit(b, outputs, groups, [vi.name for vi in loaded.proto.graph.output], kinds)
+    decisions = placement_decisions(emitted.nodes, reasons)
+    return Converted(loaded, emitted, decisions, kinds)
 
 
 def from_onnx(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,

@@ -94,6 +94,9 @@ class OpDef:
             into one launch on cuda. None for other ops.
         kernel: an optional :data:`KernelFactory` that calls the array function directly;
             without one, :meth:`positional` wraps ``compute``.
+        devices: the device types (``"cpu"``, ``"cuda"``, ``"sim"``) that implement the op,
+            or None for every device; the ONNX frontend places a step on the first preferred
+            device type listed here.
     """
 
     name: str
@@ -105,6 +108,7 @@ class OpDef:
     num_outputs: int | Callable[[Any], int] = 1
     elementwise: str | None = None
     kernel: KernelFactory | None = None
+    devices: frozenset[str] | None = None
 
     def positional(self, xp: Any, attrs: Any, n_inputs: int) -> Callable[..., None]:
         """This op as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``."""
