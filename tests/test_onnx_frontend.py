@@ -284,3 +284,22 @@ def test_a_constant_cut_to_a_symbolic_length_follows_it_at_run_time() -> None:
     for batch, seq in ((1, 5), (2, 32), (2, 17)):
         x = np.ones((batch, seq, 4), "float32")
         np.testing.assert_allclose(mod(x=x)[0], x + table[:seq])
+
+
+def test_non_finite_float_attributes_survive_the_lib_json() -> None:
+    import orjson
+
+    from graphrt.bundle import bundle_from_parts, prepare_bundle
+    from graphrt.onnx.builder import Builder, TensorType
+    from graphrt.onnx.emit import emit
+
+    b = Builder()
+    x = b.input("x", TensorType((3,), "float32"))
+    (y,) = b.op("clip", [x], {"a_min": float("-inf"), "a_max": 2.0})
+    (z,) = b.op("leaky_relu", [y], {"alpha": float("nan")})
+    emitted = emit(b, [y, z], [[0], [1]], ["y", "z"])
+    assert b'"-inf"' in orjson.dumps(emitted.lib) and b'"nan"' in orjson.dumps(emitted.lib)
+    bundle = bundle_from_parts(prepare_bundle(emitted.graph, orjson.dumps(emitted.lib)))
+    y_out, z_out = bundle.create("cpu")(x=np.array([-1e30, 0.0, 5.0], "float32"))
+    np.testing.assert_array_equal(y_out, np.array([-1e30, 0.0, 2.0], "float32"))
+    assert np.isnan(z_out[0]) and z_out[2] == 2.0  # negative inputs times a NaN slope

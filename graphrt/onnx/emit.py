@@ -5,6 +5,7 @@ declarative lib (one function per fused group, identical ones shared) and the pa
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,19 @@ def _func_base(steps: Sequence[Step]) -> str:
     return name
 
 
+def _json_value(value: Any) -> Any:
+    """``value`` as JSON can hold it: a non-finite float becomes ``"inf"``, ``"-inf"`` or
+    ``"nan"``, which the ops' attribute models read back as floats (JSON has no such numbers,
+    and orjson would write them as null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _json_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(item) for item in value]
+    return value
+
+
 def _function(steps: Sequence[Step], inputs: Sequence[str], outputs: Sequence[str]
               ) -> dict[str, Any]:
     """A function document with positional names (in0, t0, out0): equal bodies compare equal."""
@@ -103,7 +117,7 @@ def _function(steps: Sequence[Step], inputs: Sequence[str], outputs: Sequence[st
                 rename[name] = f"t{len(rename) - len(inputs) - len(outputs)}"
             outs.append(rename[name])
         body.append({"op": step.op, "inputs": [rename[n] for n in step.inputs],
-                     "outputs": outs, "attrs": step.attrs})
+                     "outputs": outs, "attrs": _json_value(step.attrs)})
     return {"inputs": [rename[n] for n in inputs], "outputs": [rename[n] for n in outputs],
             "body": body}
 

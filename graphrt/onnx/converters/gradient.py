@@ -36,7 +36,7 @@ def _rules() -> dict[str, Rule]:
         return [_mul(b, g, s.inputs[1]), _mul(b, g, s.inputs[0])]
 
     def divide(b: Builder, s: Step, g: str) -> list[str | None]:
-        a, d = s.inputs
+        d = s.inputs[1]
         quotient = b.op("divide", [g, d])[0]
         return [quotient, b.op("negative", [_mul(b, quotient, s.outputs[0])])[0]]
 
