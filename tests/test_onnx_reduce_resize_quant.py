@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx_harness import run_graphrt, run_ort, run_reference
 from ops_harness import run_op
 
 import graphrt
@@ -18,7 +19,6 @@ from graphrt.lib.ops import OpError
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 RNG = np.random.default_rng(7)
 DEVICES = [pytest.param(graphrt.cpu(0), id="cpu"), pytest.param(graphrt.sim(0), id="sim")]
@@ -55,22 +55,6 @@ def make_model(op: str, data: dict[str, np.ndarray], consts: dict[str, np.ndarra
             out.type.CopyFrom(helper.make_tensor_type_proto(
                 _ELEM[first.dtype], [f"d{i}" for i in range(first.ndim)]))
     return model
-
-
-def run_graphrt(model: Any, data: dict[str, np.ndarray],
-                device: graphrt.Device | None = None) -> list[np.ndarray]:
-    module = graphrt.from_onnx(model).create(device or graphrt.cpu(0))
-    return [np.array(out) for out in module(**data)]
-
-
-def run_ort(model: Any, data: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    return list(session.run(None, data))
-
-
-def run_reference(model: Any, data: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return list(ReferenceEvaluator(model).run(None, data))
 
 
 def check(model: Any, data: dict[str, np.ndarray], oracle: Any = run_ort, rtol: float = 1e-5,

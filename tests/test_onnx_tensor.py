@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx_harness import run_graphrt, run_ort, run_reference
 from ops_harness import run_op
 
 import graphrt
@@ -19,7 +20,6 @@ from graphrt.lib.ops import OpError, TensorType, get_op
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import graphrt.onnx.backend as backend  # noqa: E402
 from graphrt.onnx import convert_model  # noqa: E402
@@ -73,22 +73,6 @@ def typed(model: Any, elem: int) -> Any:
         if not output.type.tensor_type.HasField("shape"):
             output.type.tensor_type.shape.SetInParent()
     return model
-
-
-def run_graphrt(model: Any, data: dict[str, np.ndarray],
-                device: graphrt.Device | None = None) -> list[np.ndarray]:
-    module = graphrt.from_onnx(model).create(device or graphrt.cpu(0))
-    return [np.array(out) for out in module(**data)]
-
-
-def run_ort(model: Any, data: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    return list(session.run(None, data))
-
-
-def run_reference(model: Any, data: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return list(ReferenceEvaluator(model).run(None, data))
 
 
 def check(model: Any, data: dict[str, np.ndarray], oracle: Any = run_ort,
