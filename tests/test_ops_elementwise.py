@@ -690,3 +690,19 @@ def test_softmax_refuses(name: str) -> None:
         infer(name, [T((2, 3), "float32")], {"axis": 2})
     with pytest.raises(OpError, match="out of range for a 0-D tensor"):
         infer(name, [T((), "float32")])
+
+
+@pytest.mark.parametrize("device", [graphrt.cpu(0), graphrt.sim(0)], ids=str)
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_half_precision_softmax_accumulates_in_float32(device: graphrt.Device,
+                                                       name: str) -> None:
+    import ml_dtypes
+
+    # 4096 ones summed in float16 stop at 2048: the denominator must be summed wider.
+    x = np.zeros(4096, "float16")
+    (y,) = run_op(name, [x], {"axis": 0}, device)
+    expected = np.float32(1 / 4096) if name == "softmax" else np.float32(-np.log(4096))
+    np.testing.assert_allclose(y.astype("float32"), expected, rtol=1e-3)
+    (z,) = run_op(name, [x.astype(ml_dtypes.bfloat16)], {"axis": 0}, device)
+    assert z.dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(z.astype("float32"), expected, rtol=1e-2)

@@ -615,13 +615,20 @@ _register("argmax", ArgmaxAttrs, 1, _argmax_infer, _argmax)
 def _softmax_like(name: str, log: bool) -> None:
     def infer(types: Types, attrs: SoftmaxAttrs) -> list[TensorType]:
         (x,) = types
-        _family(name, 0, x, FLOATS)
+        if x.dtype != "bfloat16":
+            _family(name, 0, x, FLOATS)
         _axis(name, attrs.axis, x.ndim)
         return [x]
 
     def compute(xp: Any, ins: Sequence[Any], outs: Sequence[Any], attrs: SoftmaxAttrs) -> None:
         (x,), (out,) = ins, outs
         if x.size == 0:
+            return
+        if x.dtype.itemsize == 2:  # float16, bfloat16: accumulate in float32, round once
+            narrow = x.astype("float32")
+            wide = xp.empty_like(narrow)
+            compute(xp, [narrow], [wide], attrs)
+            out[...] = wide
             return
         axis = normalize_axis(attrs.axis, x.ndim)
         xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)  # <= 0: exp cannot overflow
