@@ -1,3 +1,267 @@
-"""Standard ops: pooling (used by the ONNX frontend; numpy and cupy)."""
+"""Standard ops: N-d pooling (numpy and cupy).
+
+``max_pool``, ``avg_pool`` and ``lp_pool`` take data ``[N, C, *spatial]`` with any number >= 1
+of spatial axes, a ``kernel`` per spatial axis, ``strides`` and ``dilation`` (default 1),
+``padding`` (begin pads of every spatial axis, then end pads; each smaller than the kernel).
+
+The output size per axis is ``floor((in + pads - span) / stride) + 1`` with ``span =
+dilation * (kernel - 1) + 1``; ``ceil_mode`` rounds up instead, but drops a last window that
+would start in the end padding (PyTorch, ONNX Runtime). Windows skip padded positions:
+``avg_pool`` divides by the number of real elements, or with ``count_include_pad`` by the
+window's positions inside the padded input (the ceil-mode overhang does not count).
+``lp_pool`` is ``(sum |x|^p) ** (1/p)`` over each window.
+
+``max_pool`` with ``indices`` makes a second output, the flat index (int64) of each maximum in
+the whole input (``((n*C + c) * H + h) * W + w``; column-major over the spatial axes with
+``column_major``); ties keep the first position in row-major window order.
+
+Each op runs one strided, vectorized update per kernel offset; float16 and bfloat16 sums
+accumulate in float32.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import Field
+
+from .base import Attrs, OpDef, OpError, TensorType, register_op
+from .convolution import Window, per_axis, show, work_dtype
+
+__all__ = ["AvgPoolAttrs", "LpPoolAttrs", "MaxPoolAttrs", "PoolAttrs"]
+
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+_FLOATS = ("float16", "float32", "float64", "bfloat16")
+_MAX_DTYPES = (*_FLOATS, "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+               "uint64")
+
+
+class PoolAttrs(Attrs):
+    """Window shared by the pools: kernel, strides, padding (begins then ends), dilation."""
+
+    kernel: list[PosInt]
+    strides: list[PosInt] | None = None
+    padding: list[NonNegInt] | None = None
+    dilation: list[PosInt] | None = None
+    ceil_mode: bool = False
+
+
+class MaxPoolAttrs(PoolAttrs):
+    """``max_pool``: plus whether to output the argmax indices, and their order."""
+
+    indices: bool = False
+    column_major: bool = False
+
+
+class AvgPoolAttrs(PoolAttrs):
+    """``avg_pool``: plus whether padded positions count in the divisor."""
+
+    count_include_pad: bool = False
+
+
+class LpPoolAttrs(PoolAttrs):
+    """``lp_pool``: plus the norm's exponent."""
+
+    p: Annotated[float, Field(gt=0.0)] = 2.0
+
+
+def _params(attrs: PoolAttrs, rank: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    strides = per_axis(attrs.strides, rank, 1, "strides")
+    dilation = per_axis(attrs.dilation, rank, 1, "dilation")
+    pads = per_axis(attrs.padding, 2 * rank, 0, "padding")
+    return strides, dilation, pads[:rank], pads[rank:]
+
+
+def _pool_size(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int,
+               ceil: bool, axis: int, op: str) -> int:
+    if begin >= kernel or end >= kernel:
+        raise OpError(f"{op}: padding along spatial axis {axis} ({begin}, {end}) must be smaller "
+                      f"than the kernel ({kernel})")
+    span = dilation * (kernel - 1) + 1
+    total = size + begin + end
+    if total < span:
+        raise OpError(f"{op}: the window ({span}) is larger than the padded input ({total}) "
+                      f"along spatial axis {axis}: the output would be empty")
+    out = (total - span + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + begin:
+        out -= 1  # the last window would start in the end padding
+    return out
+
+
+def _infer(types: Sequence[TensorType], attrs: PoolAttrs, op: str, dtypes: Sequence[str]
+           ) -> TensorType:
+    if len(types) != 1:
+        raise OpError(f"{op}: expected 1 input (data), given {len(types)}")
+    (x,) = types
+    if x.dtype not in dtypes:
+        raise OpError(f"{op}: data must be one of {', '.join(dtypes)}, given {x.dtype}")
+    rank = x.ndim - 2
+    if rank < 1:
+        raise OpError(f"{op}: data must be [N, C, *spatial] with at least one spatial axis, "
+                      f"given {show(x)}")
+    if len(attrs.kernel) != rank:
+        raise OpError(f"{op}: kernel {attrs.kernel} needs {rank} values (one per spatial axis "
+                      f"of {show(x)})")
+    if any(d < 1 for d in x.shape[2:]):
+        raise OpError(f"{op}: data must have no empty spatial axis, given {show(x)}")
+    strides, dilation, begin, end = _params(attrs, rank)
+    sizes = [_pool_size(x.shape[2 + a], attrs.kernel[a], strides[a], dilation[a], begin[a],
+                        end[a], attrs.ceil_mode, a, op) for a in range(rank)]
+    return TensorType((*x.shape[:2], *sizes), x.dtype)
+
+
+def _window(x: Any, out: Any, attrs: PoolAttrs) -> Window:
+    rank = x.ndim - 2
+    strides, dilation, begin, _ = _params(attrs, rank)
+    return Window(attrs.kernel, strides, dilation, begin, x.shape[2:], out.shape[2:])
+
+
+def _device_const(xp: Any, like: Any, host: np.ndarray[Any, Any]) -> Any:
+    """``host`` (computed from shapes only) copied to the device of ``like``."""
+    buf = xp.empty_like(like, shape=host.shape, dtype=host.dtype)
+    buf[...] = xp.asarray(host)
+    return buf
+
+
+# --------------------------------------------------------------------------------------------
+# max_pool
+
+
+def _infer_max_pool(types: Sequence[TensorType], attrs: MaxPoolAttrs, data: Sequence[Any]
+                    ) -> list[TensorType]:
+    out = _infer(types, attrs, "max_pool", _MAX_DTYPES)
+    return [out, TensorType(out.shape, "int64")] if attrs.indices else [out]
+
+
+def _lowest(dtype: Any) -> float | int:
+    dtype = np.dtype(dtype)
+    return -np.inf if dtype.kind == "f" or dtype.name == "bfloat16" else int(
+        np.iinfo(dtype).min)
+
+
+def _flat_index(x_shape: Sequence[int], column_major: bool, dst: tuple[slice, ...],
+                src: tuple[slice, ...]) -> np.ndarray[Any, Any]:
+    """The flat spatial index of every source position of one kernel offset (host int64)."""
+    space = x_shape[2:]
+    rank = len(space)
+    order = range(rank - 1, -1, -1) if not column_major else range(rank)
+    index = np.zeros([s.stop - s.start for s in dst], dtype=np.int64)
+    step = 1
+    for axis in order:
+        positions = np.arange(src[axis].start, src[axis].stop, src[axis].step, dtype=np.int64)
+        shape = [1] * rank
+        shape[axis] = positions.size
+        index = index + positions.reshape(shape) * step
+        step *= space[axis]
+    return np.asarray(index, dtype=np.int64)
+
+
+def _max_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+              attrs: MaxPoolAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    if out.size == 0:
+        return
+    out[...] = _lowest(out.dtype)
+    lead = (slice(None),) * 2
+    pairs = _window(x, out, attrs).pairs
+    if not attrs.indices:
+        for _, dst, src in pairs:
+            target = out[lead + dst]
+            xp.maximum(target, x[lead + src], out=target)
+        return
+    indices = outputs[1]
+    n, c = x.shape[:2]
+    spatial = prod(x.shape[2:])
+    base = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * (x.ndim - 2)) * spatial
+    base_dev = _device_const(xp, indices, base)
+    indices[...] = 0
+    for _, dst, src in pairs:
+        target, where = out[lead + dst], indices[lead + dst]
+        values = x[lead + src]
+        better = xp.greater(values, target)
+        flat = xp.add(base_dev, _device_const(xp, indices, _flat_index(
+            x.shape, attrs.column_major, dst, src)))
+        where[...] = xp.where(better, flat, where)
+        xp.maximum(target, values, out=target)
+
+
+# --------------------------------------------------------------------------------------------
+# avg_pool and lp_pool
+
+
+def _infer_avg_pool(types: Sequence[TensorType], attrs: AvgPoolAttrs, data: Sequence[Any]
+                    ) -> list[TensorType]:
+    return [_infer(types, attrs, "avg_pool", _FLOATS)]
+
+
+def _infer_lp_pool(types: Sequence[TensorType], attrs: LpPoolAttrs, data: Sequence[Any]
+                   ) -> list[TensorType]:
+    return [_infer(types, attrs, "lp_pool", _FLOATS)]
+
+
+def _sum_pool(xp: Any, x: Any, out: Any, attrs: PoolAttrs) -> Any:
+    """Window sums of ``x`` (already in the work dtype) into a work-dtype accumulator."""
+    acc = out if out.dtype == x.dtype else xp.empty_like(out, dtype=x.dtype)
+    acc[...] = 0
+    lead = (slice(None),) * 2
+    for _, dst, src in _window(x, out, attrs).pairs:
+        target = acc[lead + dst]
+        xp.add(target, x[lead + src], out=target)
+    return acc
+
+
+def _counts(size: int, n_out: int, kernel: int, stride: int, dilation: int, begin: int,
+            end: int, include_pad: bool) -> np.ndarray[Any, Any]:
+    """Per output position along one axis: the window positions that count."""
+    positions = (np.arange(n_out)[:, None] * stride - begin
+                 + np.arange(kernel)[None, :] * dilation)
+    inside = positions < size + end if include_pad else (positions >= 0) & (positions < size)
+    return np.asarray(inside.sum(axis=1), dtype=np.int64)
+
+
+def _avg_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+              attrs: AvgPoolAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    if out.size == 0:
+        return
+    work = work_dtype(x.dtype)
+    acc = _sum_pool(xp, x.astype(work) if work != x.dtype else x, out, attrs)
+    rank = x.ndim - 2
+    strides, dilation, begin, end = _params(attrs, rank)
+    counts = np.ones((), dtype=np.float64)
+    for a in range(rank):
+        per = _counts(x.shape[2 + a], out.shape[2 + a], attrs.kernel[a], strides[a],
+                      dilation[a], begin[a], end[a], attrs.count_include_pad)
+        counts = np.multiply.outer(counts, per)
+    xp.divide(acc, _device_const(xp, acc, counts.astype(work)), out=acc)
+    if acc is not out:
+        out[...] = acc
+
+
+def _lp_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+             attrs: LpPoolAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    if out.size == 0:
+        return
+    work = work_dtype(x.dtype)
+    powered = xp.abs(x.astype(work) if work != x.dtype else x)
+    if attrs.p != 1.0:
+        xp.power(powered, attrs.p, out=powered)
+    acc = _sum_pool(xp, powered, out, attrs)
+    if attrs.p != 1.0:
+        xp.power(acc, 1.0 / attrs.p, out=acc)
+    if acc is not out:
+        out[...] = acc
+
+
+register_op(OpDef(name="max_pool", attrs=MaxPoolAttrs, arity=1, infer=_infer_max_pool,
+                  compute=_max_pool, num_outputs=lambda attrs: 2 if attrs.indices else 1))
+register_op(OpDef(name="avg_pool", attrs=AvgPoolAttrs, arity=1, infer=_infer_avg_pool,
+                  compute=_avg_pool))
+register_op(OpDef(name="lp_pool", attrs=LpPoolAttrs, arity=1, infer=_infer_lp_pool,
+                  compute=_lp_pool))
