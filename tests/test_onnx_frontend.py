@@ -229,6 +229,10 @@ def test_convert_command_writes_a_bundle_and_reports_memory(
                                expected(np.ones((8, 3), "float32")))
     status, out, err = run_cli(capsys, "convert", str(model), "-o", str(tmp_path / "u.grb"))
     assert status == 1 and "symbolic ('batch')" in err and "Traceback" not in err
+    status, out, err = run_cli(capsys, "convert", str(model), "-o", str(tmp_path / "p.grb"),
+                               "--dim", "batch=8", "--devices", "sim,cpu", "--place", "Relu=cpu")
+    assert status == 0, err
+    assert "placement:" in out and "override by op type Relu" in out and "__copy" in out
 
 
 def test_the_docs_table_of_supported_ops_is_generated_from_the_code() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..bundle import load_bundle
 from .common import UsageError, pairs_to_dict
-from .summary import bundle_lines
+from .summary import bundle_lines, columns
 
 __all__ = ["configure", "convert_command"]
 
@@ -76,6 +76,11 @@ def convert_command(args: argparse.Namespace) -> int:
     memory = bundle.metadata.get("memory")
     print(f"wrote {written}")
     print("\n".join(bundle_lines(load_bundle(written))))
+    decisions = bundle.metadata.get("placement")
+    if isinstance(decisions, list):
+        print("placement:")
+        print("\n".join(columns([[str(d.get("node")), str(d.get("device")), str(d.get("reason"))]
+                                for d in decisions if isinstance(d, dict)])))
     if isinstance(memory, dict):
         planned = int(memory["planned_bytes"])  # type: ignore[arg-type]
         bound = int(memory["lower_bound_bytes"])  # type: ignore[arg-type]
