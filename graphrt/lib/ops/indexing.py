@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .base import Attrs, OpDef, OpError, TensorType, normalize_axis, register_op
+from .transform import _is_integer, _one, _size
 
 __all__ = [
     "BroadcastToAttrs",
@@ -45,22 +46,6 @@ Reduction = Literal["none", "add", "mul", "max", "min"]
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def _count(name: str, types: Sequence[TensorType], count: int) -> None:
-    if len(types) != count:
-        raise OpError(f"{name}: expected {count} input(s), given {len(types)}")
-
-
-def _size(shape: Sequence[int]) -> int:
-    size = 1
-    for dim in shape:
-        size *= dim
-    return size
-
-
-def _is_integer(dtype: str) -> bool:
-    return np.dtype(dtype).kind in "iu"
 
 
 def _integer_input(name: str, role: str, tensor: TensorType) -> None:
@@ -200,7 +185,7 @@ class TileAttrs(Attrs):
 
 def _tile_infer(types: Sequence[TensorType], attrs: TileAttrs,
                 data: Sequence[Any]) -> list[TensorType]:
-    _count("tile", types, 1)
+    _one(types, "tile", 1)
     (src,) = types
     if len(attrs.reps) != src.ndim:
         raise OpError(f"tile: reps {attrs.reps} must have one value per axis of the "
@@ -238,7 +223,7 @@ class BroadcastToAttrs(Attrs):
 
 def _broadcast_to_infer(types: Sequence[TensorType], attrs: BroadcastToAttrs,
                         data: Sequence[Any]) -> list[TensorType]:
-    _count("broadcast_to", types, 1)
+    _one(types, "broadcast_to", 1)
     (src,) = types
     shape = tuple(attrs.shape)
     if any(d < 0 for d in shape):
@@ -277,7 +262,7 @@ class GatherNdAttrs(Attrs):
 
 def _gather_nd_infer(types: Sequence[TensorType], attrs: GatherNdAttrs,
                      data: Sequence[Any]) -> list[TensorType]:
-    _count("gather_nd", types, 2)
+    _one(types, "gather_nd", 2)
     src, indices = types
     _integer_input("gather_nd", "indices", indices)
     b = attrs.batch_dims
@@ -338,7 +323,7 @@ class ScatterElementsAttrs(Attrs):
 def _scatter_elements_infer(types: Sequence[TensorType], attrs: ScatterElementsAttrs,
                             data: Sequence[Any]) -> list[TensorType]:
     name = "scatter_elements"
-    _count(name, types, 3)
+    _one(types, name, 3)
     src, indices, updates = types
     _integer_input(name, "indices", indices)
     if indices.shape != updates.shape:
@@ -397,7 +382,7 @@ class ScatterNdAttrs(Attrs):
 def _scatter_nd_infer(types: Sequence[TensorType], attrs: ScatterNdAttrs,
                       data: Sequence[Any]) -> list[TensorType]:
     name = "scatter_nd"
-    _count(name, types, 3)
+    _one(types, name, 3)
     src, indices, updates = types
     _integer_input(name, "indices", indices)
     if src.ndim < 1 or indices.ndim < 1:
@@ -457,7 +442,7 @@ class CumsumAttrs(Attrs):
 
 def _cumsum_infer(types: Sequence[TensorType], attrs: CumsumAttrs,
                   data: Sequence[Any]) -> list[TensorType]:
-    _count("cumsum", types, 1)
+    _one(types, "cumsum", 1)
     (src,) = types
     if np.dtype(src.dtype).kind not in "iuf":
         raise OpError(f"cumsum: expects a numeric input, given {src.dtype}")
@@ -504,7 +489,7 @@ class TopkAttrs(Attrs):
 
 def _topk_infer(types: Sequence[TensorType], attrs: TopkAttrs,
                 data: Sequence[Any]) -> list[TensorType]:
-    _count("topk", types, 1)
+    _one(types, "topk", 1)
     (src,) = types
     if src.ndim == 0:
         raise OpError("topk: the input must be at least 1-D, given a 0-D tensor")
@@ -565,7 +550,7 @@ def _one_hot_axis(attrs: OneHotAttrs, ndim: int) -> int:
 
 def _one_hot_infer(types: Sequence[TensorType], attrs: OneHotAttrs,
                    data: Sequence[Any]) -> list[TensorType]:
-    _count("one_hot", types, 2)
+    _one(types, "one_hot", 2)
     indices, values = types
     if np.dtype(indices.dtype).kind not in "iuf":
         raise OpError(f"one_hot: indices must be numeric, given {indices.dtype}")
@@ -614,7 +599,7 @@ class EyeLikeAttrs(Attrs):
 
 def _eye_like_infer(types: Sequence[TensorType], attrs: EyeLikeAttrs,
                     data: Sequence[Any]) -> list[TensorType]:
-    _count("eye_like", types, 1)
+    _one(types, "eye_like", 1)
     (src,) = types
     if src.ndim != 2:
         raise OpError(f"eye_like: the input must be 2-D, given shape {list(src.shape)}")
@@ -658,7 +643,7 @@ class DepthToSpaceAttrs(Attrs):
 
 def _depth_to_space_infer(types: Sequence[TensorType], attrs: DepthToSpaceAttrs,
                           data: Sequence[Any]) -> list[TensorType]:
-    _count("depth_to_space", types, 1)
+    _one(types, "depth_to_space", 1)
     (src,) = types
     bs = attrs.blocksize
     if src.ndim != 4 or bs < 1:
@@ -692,7 +677,7 @@ register_op(OpDef(name="depth_to_space", attrs=DepthToSpaceAttrs, arity=1,
 
 def _space_to_depth_infer(types: Sequence[TensorType], attrs: DepthToSpaceAttrs,
                           data: Sequence[Any]) -> list[TensorType]:
-    _count("space_to_depth", types, 1)
+    _one(types, "space_to_depth", 1)
     (src,) = types
     bs = attrs.blocksize
     if src.ndim != 4 or bs < 1:
@@ -748,7 +733,7 @@ def _reverse_sequence_axes(attrs: ReverseSequenceAttrs, ndim: int) -> tuple[int,
 
 def _reverse_sequence_infer(types: Sequence[TensorType], attrs: ReverseSequenceAttrs,
                             data: Sequence[Any]) -> list[TensorType]:
-    _count("reverse_sequence", types, 2)
+    _one(types, "reverse_sequence", 2)
     src, lens = types
     _integer_input("reverse_sequence", "sequence_lens", lens)
     if src.ndim < 2:
@@ -803,7 +788,7 @@ class PadFillAttrs(Attrs):
 
 def _pad_fill_infer(types: Sequence[TensorType], attrs: PadFillAttrs,
                     data: Sequence[Any]) -> list[TensorType]:
-    _count("pad_fill", types, 2)
+    _one(types, "pad_fill", 2)
     src, value = types
     if _size(value.shape) != 1 or value.dtype != src.dtype:
         raise OpError(f"pad_fill: the fill value must be one element of the data's dtype "
