@@ -197,6 +197,10 @@ def _register(name: str, attrs: type[Attrs], arity: int,
 # --------------------------------------------------------------------------------------------
 
 
+_OUT_BY_KEYWORD = frozenset({"maximum", "minimum"})
+"""numpy 2.4 deprecates a positional output for these two (it reads as a third input)."""
+
+
 def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str | None, *,
             boolean: bool = False, note: str = "") -> None:
     """A broadcasting binary op computed by ``xp.<function>`` (bool output when ``boolean``)."""
@@ -212,6 +216,11 @@ def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str 
 
     def kernel(xp: Any, attrs: Any) -> Callable[..., None]:
         ufunc: Callable[..., None] = getattr(xp, function)
+        if function in _OUT_BY_KEYWORD:
+            def call(a: Any, b: Any, out: Any) -> None:
+                ufunc(a, b, out=out)
+
+            return call
         return ufunc  # numpy and cupy ufuncs take the output positionally: ufunc(a, b, out)
 
     _register(name, NoAttrs, 2, infer, compute, elementwise, kernel)
