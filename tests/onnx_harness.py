@@ -31,3 +31,43 @@ def run_ort(model: Any, data: dict[str, np.ndarray]) -> list[np.ndarray]:
 def run_reference(model: Any, data: dict[str, np.ndarray]) -> list[np.ndarray]:
     """``model`` run by ONNX's reference evaluator (where ONNX Runtime departs from the spec)."""
     return list(reference.ReferenceEvaluator(model).run(None, data))
+
+
+def node_model(op: str, data: dict[str, np.ndarray], consts: dict[str, np.ndarray | None],
+               opset: int, n_outputs: int = 1, **attrs: Any) -> Any:
+    """A one-node model: ``data`` are graph inputs, ``consts`` initializers (None: omitted)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    names = [*data, *consts]
+    inputs = [name if not (name in consts and consts[name] is None) else "" for name in names]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    outputs = [f"out{i}" for i in range(n_outputs)]
+    node = helper.make_node(op, inputs, outputs, name=f"my_{op.lower()}", **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in data.items()],
+        [onnx.ValueInfoProto(name=o) for o in outputs],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
+         if v is not None])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=8)
+    first = next(iter(data.values()), None)
+    elem = TensorProto.FLOAT if first is None else helper.np_dtype_to_tensor_dtype(first.dtype)
+    return typed(model, elem)
+
+
+def typed(model: Any, elem: int) -> Any:
+    """``model`` with its outputs typed by ONNX's shape inference; an output it cannot type (a
+    data-dependent shape, an invalid node) gets ``elem`` and a shape of unknown rank."""
+    import onnx
+
+    model = onnx.shape_inference.infer_shapes(model)
+    for output in model.graph.output:
+        if not output.type.tensor_type.elem_type:
+            output.type.tensor_type.elem_type = elem
+        if not output.type.tensor_type.HasField("shape"):
+            output.type.tensor_type.shape.SetInParent()
+    return model

@@ -307,3 +307,16 @@ def test_non_finite_float_attributes_survive_the_lib_json() -> None:
     y_out, z_out = bundle.create("cpu")(x=np.array([-1e30, 0.0, 5.0], "float32"))
     np.testing.assert_array_equal(y_out, np.array([-1e30, 0.0, 2.0], "float32"))
     assert np.isnan(z_out[0]) and z_out[2] == 2.0  # negative inputs times a NaN slope
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"shapes": {"x": ["a", 3]}}, r"shapes\['x'\] must be a list of non-negative ints"),
+    ({"shapes": {"x": 5}}, r"shapes\['x'\] must be a list"),
+    ({"constants": {"x": "abc"}}, r"constants\['x'\] cannot be a float32"),
+    ({"constants": {"x": [[1, 2], [3]]}}, r"constants\['x'\] cannot be a float32"),
+    ({"dim_bounds": 5}, "dim_bounds must be a mapping"),
+    ({"shapes": [1, 3]}, "shapes must be a mapping"),
+])
+def test_bad_options_are_conversion_errors(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(graphrt.ConversionError, match=match):
+        graphrt.from_onnx(tiny_model(), **options)

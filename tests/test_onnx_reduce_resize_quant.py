@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx_harness import node_model as make_model
 from onnx_harness import run_graphrt, run_ort, run_reference
 from ops_harness import run_op
 
@@ -18,43 +19,10 @@ from graphrt.lib.ops import OpError
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto  # noqa: E402
 
 RNG = np.random.default_rng(7)
 DEVICES = [pytest.param(graphrt.cpu(0), id="cpu"), pytest.param(graphrt.sim(0), id="sim")]
-_ELEM = {np.dtype(k): v for k, v in [("float32", TensorProto.FLOAT),
-                                     ("float16", TensorProto.FLOAT16),
-                                     ("float64", TensorProto.DOUBLE),
-                                     ("int32", TensorProto.INT32), ("int64", TensorProto.INT64),
-                                     ("int8", TensorProto.INT8), ("uint8", TensorProto.UINT8),
-                                     ("int16", TensorProto.INT16),
-                                     ("uint16", TensorProto.UINT16), ("bool", TensorProto.BOOL)]}
-
-
-def make_model(op: str, data: dict[str, np.ndarray], consts: dict[str, np.ndarray | None],
-               opset: int, n_outputs: int = 1, **attrs: Any) -> Any:
-    """A one-node model: ``data`` are graph inputs, ``consts`` initializers (None: omitted)."""
-    names = [*data, *consts]
-    inputs = [name if not (name in consts and consts[name] is None) else "" for name in names]
-    while inputs and not inputs[-1]:
-        inputs.pop()
-    outputs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op, inputs, outputs, name=f"my_{op.lower()}", **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(k, _ELEM[v.dtype], v.shape) for k, v in data.items()],
-        [onnx.ValueInfoProto(name=o) for o in outputs],
-        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
-         if v is not None])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=8)
-    model = onnx.shape_inference.infer_shapes(model)  # types the outputs
-    first = next(iter(data.values()))
-    for out in model.graph.output:  # where inference could not: the input's type, any shape
-        if not out.type.HasField("tensor_type"):
-            out.type.CopyFrom(helper.make_tensor_type_proto(
-                _ELEM[first.dtype], [f"d{i}" for i in range(first.ndim)]))
-    return model
 
 
 def check(model: Any, data: dict[str, np.ndarray], oracle: Any = run_ort, rtol: float = 1e-5,

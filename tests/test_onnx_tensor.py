@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx_harness import run_graphrt, run_ort, run_reference
+from onnx_harness import node_model as make_model
+from onnx_harness import run_graphrt, run_ort, run_reference, typed
 from ops_harness import run_op
 
 import graphrt
@@ -26,11 +27,6 @@ from graphrt.onnx import convert_model  # noqa: E402
 
 RNG = np.random.default_rng(11)
 DEVICES = [pytest.param(graphrt.cpu(0), id="cpu"), pytest.param(graphrt.sim(0), id="sim")]
-_ELEM = {np.dtype(k): v for k, v in [
-    ("float32", TensorProto.FLOAT), ("float16", TensorProto.FLOAT16),
-    ("float64", TensorProto.DOUBLE), ("int32", TensorProto.INT32),
-    ("int64", TensorProto.INT64), ("int8", TensorProto.INT8), ("uint8", TensorProto.UINT8),
-    ("uint64", TensorProto.UINT64), ("bool", TensorProto.BOOL)]}
 I64_MAX, I64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 
@@ -40,39 +36,6 @@ def f32(*shape: int) -> np.ndarray:
 
 def i64(*values: int) -> np.ndarray:
     return np.array(values, np.int64)
-
-
-def make_model(op: str, data: dict[str, np.ndarray], consts: dict[str, np.ndarray | None],
-               opset: int, n_outputs: int = 1, **attrs: Any) -> Any:
-    """A one-node model: ``data`` are graph inputs, ``consts`` initializers (None: omitted)."""
-    names = [*data, *consts]
-    inputs = [name if not (name in consts and consts[name] is None) else "" for name in names]
-    while inputs and not inputs[-1]:
-        inputs.pop()
-    outputs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op, inputs, outputs, name=f"my_{op.lower()}", **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(k, _ELEM[v.dtype], v.shape) for k, v in data.items()],
-        [onnx.ValueInfoProto(name=o) for o in outputs],
-        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
-         if v is not None])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=8)
-    elem = _ELEM[next(iter(data.values())).dtype] if data else TensorProto.FLOAT
-    return typed(model, elem)
-
-
-def typed(model: Any, elem: int) -> Any:
-    """``model`` with its outputs typed by ONNX's shape inference; an output it cannot type (a
-    data-dependent shape, an invalid node) gets ``elem`` and a shape of unknown rank."""
-    model = onnx.shape_inference.infer_shapes(model)
-    for output in model.graph.output:
-        if not output.type.tensor_type.elem_type:
-            output.type.tensor_type.elem_type = elem
-        if not output.type.tensor_type.HasField("shape"):
-            output.type.tensor_type.shape.SetInParent()
-    return model
 
 
 def check(model: Any, data: dict[str, np.ndarray], oracle: Any = run_ort,

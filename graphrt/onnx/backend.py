@@ -50,8 +50,9 @@ class GraphrtRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns its outputs as a list of numpy arrays."""
 
     def __init__(self, model: Any, device: str, options: Mapping[str, Any]) -> None:
-        self._proto = load_model(model).proto
-        check_supported(load_model(self._proto).nodes)
+        loaded = load_model(model)
+        check_supported(loaded.nodes)
+        self._proto = loaded.proto
         self._device = _device(device)
         self._options = dict(options)
         graph = self._proto.graph

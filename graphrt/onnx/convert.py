@@ -58,6 +58,28 @@ class Converted:
         }
 
 
+def _given_shape(name: str, shape: Any) -> tuple[int, ...]:
+    """``shapes[name]`` as a shape, or a :class:`ConversionError` saying what it should be."""
+    if not isinstance(shape, Sequence) or isinstance(shape, str) or not all(
+            isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0
+            for d in shape):
+        raise ConversionError(f"shapes[{name!r}] must be a list of non-negative ints, given "
+                              f"{shape!r:.100}")
+    return tuple(int(d) for d in shape)
+
+
+def _given_constant(name: str, value: Any, dtype: str | None) -> np.ndarray[Any, Any]:
+    """``constants[name]`` as an array of the input's dtype, or a :class:`ConversionError`."""
+    try:
+        array = np.asarray(value, dtype=dtype)
+    except (ValueError, TypeError) as err:
+        raise ConversionError(f"constants[{name!r}] cannot be a {dtype or 'tensor'}: {err}"
+                              ) from None
+    if array.dtype == np.dtype("O"):
+        raise ConversionError(f"constants[{name!r}] is not a numeric tensor")
+    return array
+
+
 def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
                 dim_bounds: Mapping[str, int]) -> TensorType:
     name = value_info.name
@@ -68,7 +90,7 @@ def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
     tensor = value_info.type.tensor_type
     dtype = dtype_name(tensor.elem_type, f"graph input {name!r}")
     if name in fixed:
-        return TensorType(tuple(int(d) for d in fixed[name]), dtype)
+        return TensorType(_given_shape(name, fixed[name]), dtype)
     if not tensor.HasField("shape"):
         raise ConversionError(f"graph input {name!r} has no shape; give it: "
                               f"from_onnx(model, shapes={{{name!r}: [...]}})")
@@ -134,7 +156,7 @@ def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
         if name in constants:
             elem = value_info.type.tensor_type.elem_type
             dtype = dtype_name(elem, f"graph input {name!r}") if elem else None
-            b.constant(np.asarray(constants[name], dtype=dtype), name=name)
+            b.constant(_given_constant(name, constants[name], dtype), name=name)
         elif name not in initializers:
             b.input(name, _input_type(value_info, shapes, dim_values))
     env = _convert_nodes(loaded, b)
@@ -157,6 +179,11 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     """Convert without making a bundle (see :func:`from_onnx` for the arguments)."""
     loaded = load_model(model)
     check_supported(loaded.nodes)
+    for option, value in (("shapes", shapes), ("dim_bounds", dim_bounds),
+                          ("constants", constants), ("placement", placement)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ConversionError(f"{option} must be a mapping of names, given "
+                                  f"{type(value).__name__}")
     shapes, constants = dict(shapes or {}), dict(constants or {})
     bounds = symbolic_bounds(loaded.proto.graph, shapes, constants, dim_bounds or {})
     points = sample_points(bounds)

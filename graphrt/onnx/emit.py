@@ -59,7 +59,8 @@ class Emitted:
         graph: graph JSON as a dict.
         lib: lib JSON as a dict.
         params: param name → array.
-        pool_bytes, lower_bound_bytes, naive_bytes: the activation storage planned, the peak of
+        pool_bytes, lower_bound_bytes, naive_bytes: the storage planned for every entry
+            (inputs, params and outputs included, each in a slot of its own), the peak of
             simultaneously live bytes (no plan can use less), one buffer per entry.
         nodes: every op node (fused groups and copies), in execution order.
     """
