@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 from .devices import Device, cpu, cuda, device, sim, sim_counters
 from .errors import (
+    ArgumentError,
     BundleError,
     ConversionError,
     DeviceError,
@@ -65,6 +66,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ArgumentError",
     "Bundle",
     "BundleError",
     "BundleLimits",

@@ -14,7 +14,10 @@ Example:
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 __all__ = [
+    "ArgumentError",
     "BundleError",
     "ConversionError",
     "DeviceError",
@@ -24,6 +27,8 @@ __all__ = [
     "InputError",
     "KernelNotFoundError",
     "PlacementError",
+    "describe",
+    "expect_type",
 ]
 
 
@@ -78,3 +83,73 @@ class ConversionError(GraphrtError):
 
 class BundleError(GraphrtError):
     """A bundle on disk is malformed, tampered with or unsafe."""
+
+
+class ArgumentError(InputError, TypeError):
+    """A public API call got an argument of the wrong kind; the message names the parameter,
+    what it expects and what it was given. It is also a ``TypeError``, as Python code expects.
+
+    Example:
+        >>> try:
+        ...     expect_type(None, dict, name="create(lib=...)", expected="a graphrt.Library")
+        ... except TypeError as err:
+        ...     print(type(err).__name__, err)
+        ArgumentError create(lib=...): expected a graphrt.Library, given None
+    """
+
+
+_MAX_INT_BITS = 128
+_MAX_TEXT = 80
+
+
+def describe(value: object, limit: int = _MAX_TEXT) -> str:
+    """A short description of a user-supplied value that is always safe to put in a message.
+
+    Huge integers (beyond Python's int-to-str limit, or just unreadable) are described by their
+    size; long texts are cut; a ``repr`` that raises is replaced by the type's name.
+
+    Example:
+        >>> describe(10 ** 5000)
+        'an integer of 16610 bits'
+        >>> describe("x" * 200)[-17:]
+        'xx... (200 chars)'
+        >>> describe(None), describe(3)
+        ('None', '3')
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            value.bit_length() > _MAX_INT_BITS:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a user object whose __repr__ raises (or is too big to format)
+        return f"a {type(value).__name__}"
+    if len(text) > limit:
+        size = f"{len(value)} {'bytes' if isinstance(value, bytes) else 'chars'}" \
+            if isinstance(value, str | bytes) else f"a {type(value).__name__}"
+        return f"{text[:limit]}... ({size})"
+    return text
+
+
+def expect_type(value: object, types: type | tuple[type, ...], *, name: str,
+                expected: str) -> None:
+    """Raise :class:`ArgumentError` unless ``value`` is an instance of ``types``.
+
+    ``name`` says where (``"create(lib=...)"``); ``expected`` says what in words.
+
+    Example:
+        >>> expect_type(3, int, name="benchmark(repeat=...)", expected="an int")
+        >>> expect_type("3", int, name="benchmark(repeat=...)", expected="a positive int")
+        Traceback (most recent call last):
+        ...
+        graphrt.errors.ArgumentError: benchmark(repeat=...): expected a positive int, given '3'
+    """
+    if not isinstance(value, types):
+        argument_error(name, expected, value)
+
+
+def argument_error(name: str, expected: str, given: object) -> NoReturn:
+    """Raise :class:`ArgumentError` saying ``name`` expected ``expected`` and was ``given``."""
+    shown = describe(given)
+    if not isinstance(given, str | bytes | int | float | type(None) | list | tuple | dict):
+        shown = f"{type(given).__name__} {shown}" if len(shown) < 40 else type(given).__name__
+    raise ArgumentError(f"{name}: expected {expected}, given {shown}")
