@@ -11,11 +11,9 @@ from typing import Any
 
 import numpy as np
 from onnx_harness import node_model, run_ort
-from ops_harness import on_device
+from ops_harness import run_op
 
 import graphrt
-from graphrt.devices import backend_for, copier
-from graphrt.lib.ops import TensorType, get_op
 
 TOLERANCE: dict[str, tuple[float, float]] = {
     # dtype: (rtol, atol). float32: a few ulps of float32 (2**-23 ~ 1.2e-7) for ops that ORT
@@ -35,25 +33,7 @@ OPSET = 21
 def run_kernel(name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None,
                device: graphrt.Device | None = None) -> list[np.ndarray]:
     """Standard op ``name`` run through its lowered kernel (``OpDef.positional``) on ``device``."""
-    device = device or graphrt.cpu(0)
-    op = get_op(name)
-    parsed = op.attrs.model_validate(attrs or {})
-    types = [TensorType(tuple(a.shape), str(a.dtype)) for a in inputs]
-    data = [a if need else None for a, need in zip(inputs, op.needs_data(len(inputs)),
-                                                  strict=True)]
-    out_types = op.infer(types, parsed, data)
-    backend = backend_for(device)
-    ins = [on_device(a, device) for a in inputs]
-    outs = [backend.view(backend.allocate(max(1, int(np.prod(t.shape)) * np.dtype(t.dtype)
-                                              .itemsize)), t.shape, np.dtype(t.dtype))
-            for t in out_types]
-    op.positional(backend.xp, parsed, len(ins))(*ins, *outs)
-    result = []
-    for out in outs:
-        host = np.empty(out.shape, out.dtype)
-        copier(device, graphrt.cpu(0))(out, host)
-        result.append(host)
-    return result
+    return run_op(name, inputs, attrs, device, lowered=True)
 
 
 def run_onnx(op_type: str, inputs: dict[str, np.ndarray],

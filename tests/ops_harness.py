@@ -21,10 +21,12 @@ def on_device(array: np.ndarray, device: graphrt.Device) -> Any:
 
 
 def run_op(name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None,
-           device: graphrt.Device | None = None) -> list[np.ndarray]:
+           device: graphrt.Device | None = None, *, lowered: bool = False) -> list[np.ndarray]:
     """Infer the op's outputs, allocate them on ``device``, compute, return host copies.
 
-    On sim the op sees only SimArrays: mixing in a host array raises TypeError.
+    ``lowered`` runs the op the way the executor does (``OpDef.positional``: the kernel
+    factory where the op has one) instead of ``OpDef.compute``. On sim the op sees only
+    SimArrays: mixing in a host array raises TypeError.
     """
     device = device or graphrt.cpu(0)
     op = get_op(name)
@@ -37,7 +39,10 @@ def run_op(name: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = N
     ins = [on_device(a, device) for a in inputs]
     outs = [backend.view(backend.allocate(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize),
                          t.shape, np.dtype(t.dtype)) for t in out_types]
-    op.compute(backend.xp, ins, outs, parsed)
+    if lowered:
+        op.positional(backend.xp, parsed, len(ins))(*ins, *outs)
+    else:
+        op.compute(backend.xp, ins, outs, parsed)
     result = []
     for out in outs:
         host = np.empty(out.shape, out.dtype)
