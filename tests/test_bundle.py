@@ -3,8 +3,6 @@ atomic and deterministic writing."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import json
 import zipfile
 from pathlib import Path
@@ -268,12 +266,3 @@ def test_archive_kind_follows_the_suffix_or_the_argument(tmp_path: Path) -> None
 def test_limits_are_checked_when_made() -> None:
     with pytest.raises(ValueError, match=r"BundleLimits\.params"):
         graphrt.BundleLimits(params=-1)
-
-
-@pytest.mark.parametrize("module", [
-    "graphrt.bundle.members", "graphrt.bundle.safetensors", "graphrt.bundle.manifest",
-    "graphrt.bundle.writer", "graphrt.cli.run", "graphrt.cli.bench", "graphrt.lib.library",
-    "graphrt.params"])
-def test_docstring_examples_run(module: str) -> None:
-    failures, tried = doctest.testmod(importlib.import_module(module))
-    assert tried > 0 and failures == 0

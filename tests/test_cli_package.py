@@ -124,15 +124,6 @@ def test_no_registration_by_import_and_no_cycle() -> None:
 
 @pytest.mark.parametrize("module", sorted(
     f"graphrt.cli.{info.name}" for info in pkgutil.iter_modules([str(CLI_DIR)])))
-def test_each_module_imports_alone(module: str) -> None:
-    code = f"import importlib; importlib.import_module({module!r})"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0, done.stderr
-
-
-@pytest.mark.parametrize("module", sorted(
-    f"graphrt.cli.{info.name}" for info in pkgutil.iter_modules([str(CLI_DIR)])))
 def test_docstring_examples_run(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     failures, tried = doctest.testmod(importlib.import_module(module))

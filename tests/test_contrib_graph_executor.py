@@ -7,7 +7,6 @@ and the migration guide's code blocks.
 
 from __future__ import annotations
 
-import doctest
 import re
 from pathlib import Path
 from typing import Any
@@ -374,13 +373,6 @@ def test_arrays_refuse_what_does_not_fit() -> None:
 
 
 # -- documentation -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("module", [graphrt.contrib, graph_executor])
-def test_docstring_examples_run(module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
-    failures, tried = doctest.testmod(module)
-    assert tried > 0 and failures == 0
 
 
 def test_the_migration_guide_has_runnable_blocks() -> None:
