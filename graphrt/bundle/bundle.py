@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import JsonValue
 
 from ..devices import Device, cpu
-from ..errors import BundleError, GraphrtError, KernelNotFoundError
+from ..errors import ArgumentError, BundleError, GraphrtError, KernelNotFoundError, describe
 from ..executor import CompiledGraph, GraphModule, compile_graph, create
 from ..lib import Library, LibrarySource
 from ..schema import Graph, load_graph
@@ -45,6 +45,8 @@ __all__ = ["Bundle", "bundle_from_parts", "load_bundle"]
 
 Array = np.ndarray[Any, Any]
 T = TypeVar("T")
+_CREATE_OPTIONS = ("strict_placement", "device_map", "require_inputs")
+"""The keyword options of :func:`graphrt.create` that :meth:`Bundle.create` passes on."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,6 +116,8 @@ class Bundle:
             **options: passed to :func:`graphrt.create` (``strict_placement=True``, ...).
 
         Raises:
+            ArgumentError: ``lib`` is not a Library or a mapping of names to kernels, or an
+                unknown option.
             BundleError: a kernel the bundle needs was not supplied (naming it and the node;
                 the :class:`KernelNotFoundError` is chained).
             PlacementError, DeviceError: as :func:`graphrt.create`.
@@ -121,6 +125,10 @@ class Bundle:
         Example:
             >>> mod = bundle.create(graphrt.cpu(0), lib={"my_op": my_op})  # doctest: +SKIP
         """
+        unknown = sorted(set(options) - set(_CREATE_OPTIONS))
+        if unknown:
+            raise ArgumentError(f"Bundle.create: unknown option {describe(unknown[0])}; the "
+                                f"options are {', '.join(_CREATE_OPTIONS)}")
         library = self.lib if lib is None else self.lib.merged(lib)
         try:
             module = create(self.graph, library, *devices, **options)
@@ -140,6 +148,9 @@ class Bundle:
             >>> graphrt.from_onnx("model.onnx").save("model.grb")  # doctest: +SKIP
             PosixPath('model.grb')
         """
+        if not isinstance(path, str | os.PathLike):
+            raise ArgumentError(f"Bundle.save(path): expected a path (str or os.PathLike), "
+                                f"given {describe(path)}")
         target = Path(path)
         parts = BundleParts(self.documents[GRAPH], self.documents[LIB], self.graph, self.lib,
                             dict(self.params), self.manifest)

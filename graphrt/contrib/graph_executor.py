@@ -30,6 +30,7 @@ reinterpreted or cast; every thread gets its own run context; params are held on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike, fspath
 from typing import Any
@@ -37,8 +38,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..devices import Device, backend_for, copier, cpu, cuda, device, locate, sim
-from ..errors import DeviceError, InputError
+from ..devices import (
+    Device,
+    DeviceArgumentError,
+    allocate,
+    backend_for,
+    copier,
+    cpu,
+    cuda,
+    device,
+    locate,
+    sim,
+)
+from ..errors import ArgumentError, DeviceError, InputError, describe
 from ..executor import GraphModule as _Module
 from ..executor import create as _create
 from ..lib import Library, LibrarySource
@@ -152,8 +164,8 @@ class NDArray:
             copier(self._device, target._device)(self._array, target._array)
             return target
         if not isinstance(target, Device | str):
-            raise InputError(f"copyto target must be an NDArray or a device (graphrt.cpu(0), "
-                             f"'cuda:0', ...), given {type(target).__name__}")
+            raise ArgumentError(f"copyto target must be an NDArray or a device (graphrt.cpu(0), "
+                                f"'cuda:0', ...), given {type(target).__name__}")
         result = empty(self.shape, np.dtype(self._array.dtype), target)
         copier(self._device, result._device)(self._array, result._array)
         return result
@@ -182,7 +194,8 @@ class NDArray:
     def __setitem__(self, key: object, value: Any) -> None:
         """``arr[:] = value`` copies ``value`` in (TVM supports only the full slice)."""
         if not (isinstance(key, slice) and key == slice(None)):
-            raise InputError(f"an NDArray supports only arr[:] = value, given index {key!r}")
+            raise ArgumentError(f"an NDArray supports only arr[:] = value, given index "
+                                f"{describe(key)}")
         self.copyfrom(value)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
@@ -220,9 +233,9 @@ def empty(shape: Sequence[int] | int, dtype: npt.DTypeLike = "float32",
     dev = cpu(0) if device is None else _device(device)
     dims = _shape(shape)
     np_dtype = _dtype(dtype)
-    nbytes = int(np.prod(dims, dtype=np.int64)) * np_dtype.itemsize
-    backend = backend_for(dev)
-    return NDArray(backend.view(backend.allocate(nbytes), dims, np_dtype))
+    nbytes = math.prod(dims) * np_dtype.itemsize
+    buffer = allocate(dev, nbytes, f"an NDArray of shape {dims} {np_dtype}")
+    return NDArray(backend_for(dev).view(buffer, dims, np_dtype))
 
 
 def array(source: Any, device: DeviceLike | None = None) -> NDArray:
@@ -254,7 +267,8 @@ def _shape(shape: object) -> tuple[int, ...]:
     if not isinstance(shape, Sequence) or not all(
             isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0
             for d in shape):
-        raise InputError(f"a shape is a sequence of non-negative ints, given {shape!r}")
+        raise ArgumentError(f"a shape is a sequence of non-negative ints, given "
+                            f"{describe(shape)}")
     return tuple(int(d) for d in shape)
 
 
@@ -267,7 +281,7 @@ def _dtype(dtype: object) -> np.dtype[Any]:
     try:
         np_dtype: np.dtype[Any] = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as err:
-        raise InputError(f"not a dtype: {dtype!r} ({err})") from None
+        raise ArgumentError(f"not a dtype: {describe(dtype)} ({err})") from None
     if dtype_of(np_dtype) is None:
         raise InputError(f"unsupported dtype {np_dtype} (graphs hold bool, (b)float, int and "
                          "uint types)")
@@ -281,8 +295,9 @@ def _native(value: Any) -> Any:
 
 def _device(spec: object) -> Device:
     if not isinstance(spec, Device | str):
-        raise DeviceError(f"a device is a graphrt Device (graph_executor.cpu(0), cuda(0), "
-                          f"sim(0)) or text like 'cuda:0', given {type(spec).__name__}")
+        raise DeviceArgumentError(f"a device is a graphrt Device (graph_executor.cpu(0), "
+                                  f"cuda(0), sim(0)) or text like 'cuda:0', given "
+                                  f"{type(spec).__name__}")
     return device(spec)
 
 
@@ -332,8 +347,9 @@ def _device_list(spec: object) -> tuple[Device, ...]:
     if isinstance(spec, Device | str):
         return (_device(spec),)
     if not isinstance(spec, list | tuple):
-        raise DeviceError(f"device has to be a device or a list of devices (graphrt Devices "
-                          f"or text like 'cuda:0'), given {type(spec).__name__}")
+        raise DeviceArgumentError(f"device has to be a device or a list of devices (graphrt "
+                                  f"Devices or text like 'cuda:0'), given "
+                                  f"{type(spec).__name__}")
     if not spec:
         raise DeviceError("device is an empty list; give at least one device (the first is "
                           "the fallback)")
@@ -351,8 +367,9 @@ def _library(libmod: object) -> LibrarySource:
                          f"{hint}give a graphrt.Library (Python kernels with lib.register, "
                          "declarative functions with lib.define or "
                          "graphrt.Library.from_json(path)) or a dict of func_name to kernel")
-    raise InputError(f"libmod must be a graphrt.Library or a mapping of func_name to kernel "
-                     f"(TVM's compiled modules cannot be loaded), given {type(libmod).__name__}")
+    raise ArgumentError(f"libmod must be a graphrt.Library or a mapping of func_name to kernel "
+                        f"(TVM's compiled modules cannot be loaded), given "
+                        f"{type(libmod).__name__}")
 
 
 class GraphModule:
@@ -399,10 +416,10 @@ class GraphModule:
         if isinstance(module, GraphModule):
             module = module.module
         if not isinstance(module, _Module):
-            raise InputError(f"GraphModule wraps a graphrt.GraphModule (from graphrt.create); "
-                             f"given {type(module).__name__}. TVM's compiled factory modules "
-                             "(lib['default'](dev)) cannot run in graphrt: use "
-                             "graph_executor.create(graph_json, lib, dev)")
+            raise ArgumentError(f"GraphModule wraps a graphrt.GraphModule (from graphrt.create); "
+                                f"given {type(module).__name__}. TVM's compiled factory modules "
+                                "(lib['default'](dev)) cannot run in graphrt: use "
+                                "graph_executor.create(graph_json, lib, dev)")
         self.module = module
 
     def __repr__(self) -> str:
@@ -420,7 +437,7 @@ class GraphModule:
         """
         attribute = self._FUNCTIONS.get(key) if isinstance(key, str) else None
         if attribute is None:
-            raise InputError(f"graph_executor.GraphModule has no function {key!r}; its "
+            raise InputError(f"graph_executor.GraphModule has no function {describe(key)}; its "
                              f"functions are: {', '.join(sorted(self._FUNCTIONS))}")
         function: Callable[..., Any] = getattr(self, attribute)
         return function
@@ -445,8 +462,8 @@ class GraphModule:
         values = {name: _native(v) for name, v in params.items()}
         if key is None:
             if value is not None:
-                raise InputError("set_input was given a value but no key (the input's name or "
-                                 "position)")
+                raise ArgumentError("set_input was given a value but no key (the input's name "
+                                    "or position)")
             self.module.set_input(**values)
         elif isinstance(key, str) and key in values:
             self.module.set_input(**values)  # TVM set the key first, then params over it
@@ -523,9 +540,10 @@ class GraphModule:
                              f"pairs; given {len(args)} values after the device")
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in (device_type,
                                                                              device_id)):
-            raise InputError(f"run_from_inputs takes an int device type and id, given "
-                             f"{device_type!r}, {device_id!r}")
-        target = Device(device_type, device_id)
+            raise ArgumentError(f"run_from_inputs takes an int device type and id, given "
+                                f"{describe(device_type)}, {describe(device_id)}")
+        factory = {"cpu": cpu, "cuda": cuda, "sim": sim}.get(Device(device_type).kind)
+        target = Device(device_type, device_id) if factory is None else factory(device_id)
         backend_for(target)  # an unknown device type is a DeviceError here
         for key, value in zip(args[::2], args[1::2], strict=True):
             self.module.set_input(key, _native(value))
@@ -579,7 +597,8 @@ class GraphModule:
     def get_input_index(self, name: str) -> int:
         """Position of the input called ``name``, or -1 when there is none (as TVM)."""
         if not isinstance(name, str):
-            raise InputError(f"get_input_index takes an input name (str), given {name!r}")
+            raise ArgumentError(f"get_input_index takes an input name (str), given "
+                                f"{describe(name)}")
         return self.module.get_input_index(name)
 
     def get_output_index(self, name: str) -> int:
@@ -589,7 +608,8 @@ class GraphModule:
             InputError: several outputs share the name; the message lists them.
         """
         if not isinstance(name, str):
-            raise InputError(f"get_output_index takes an output name (str), given {name!r}")
+            raise ArgumentError(f"get_output_index takes an output name (str), given "
+                                f"{describe(name)}")
         return self.module.get_output_index(name)
 
     def get_input_info(self) -> tuple[dict[str, Any], dict[str, str]]:
@@ -640,7 +660,8 @@ class GraphModule:
             >>> print(m.benchmark(graph_executor.cpu(0), repeat=10, number=100))  # doctest: +SKIP
         """
         if func_name != "run":
-            raise InputError(f"benchmark times 'run' only, given func_name {func_name!r}")
+            raise InputError(f"benchmark times 'run' only, given func_name "
+                             f"{describe(func_name)}")
         dev = _device(device)
         if dev not in self.module.devices:
             raise InputError(f"benchmark device {dev} is not one this module runs on (it runs "

@@ -16,9 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceError, InputError
+from ..errors import (
+    ArgumentError,
+    DeviceError,
+    InputError,
+    PlacementError,
+    argument_error,
+    describe,
+)
 from .base import ALIGNMENT, CPU, CUDA, KIND_CODES, SIM, Array, Backend, Device
 from .cpu_backend import CpuBackend
+from .host_memory import host_memory_limit
 from .sim_backend import SimArray, SimBackend, SimCounters
 
 __all__ = [
@@ -30,13 +38,18 @@ __all__ = [
     "Backend",
     "Copier",
     "Device",
+    "DeviceArgumentError",
     "SimArray",
     "SimCounters",
+    "allocate",
+    "allocate_host",
     "backend_for",
     "copier",
     "cpu",
     "cuda",
     "device",
+    "host_memory_limit",
+    "is_array",
     "locate",
     "parse_device_map",
     "sim",
@@ -47,11 +60,29 @@ Copier = Callable[[Array, Array], None]
 """A copy from one device to another: ``copy(src, dst)``."""
 
 _BACKENDS: dict[Device, Backend] = {}
+_MAX_ORDINAL = 1 << 31
+
+
+class DeviceArgumentError(ArgumentError, DeviceError):
+    """A device argument of the wrong kind (``cpu("0")``, ``device(3)``): an
+    :class:`~graphrt.ArgumentError` (so also a ``TypeError``) and a
+    :class:`~graphrt.DeviceError`, as every bad device argument is."""
+
+
+def _device_argument(name: str, expected: str, given: object) -> DeviceArgumentError:
+    """A :class:`DeviceArgumentError` with :func:`~graphrt.errors.argument_error`'s message."""
+    try:
+        argument_error(name, expected, given)
+    except ArgumentError as err:
+        return DeviceArgumentError(*err.args)
 
 
 def _check_ordinal(kind: str, ordinal: int) -> None:
-    if not isinstance(ordinal, int) or isinstance(ordinal, bool) or ordinal < 0:
-        raise DeviceError(f"{kind} device ordinal must be a non-negative int, given {ordinal!r}")
+    if not isinstance(ordinal, int) or isinstance(ordinal, bool):
+        raise _device_argument(f"{kind}(ordinal)", "a non-negative int", ordinal)
+    if not 0 <= ordinal < _MAX_ORDINAL:
+        raise DeviceError(f"{kind} device ordinal must be a non-negative int below "
+                          f"{_MAX_ORDINAL}, given {describe(ordinal)}")
 
 
 def cpu(ordinal: int = 0) -> Device:
@@ -88,13 +119,15 @@ def device(spec: str | Device) -> Device:
     if isinstance(spec, Device):
         return spec
     if not isinstance(spec, str):
-        raise DeviceError(f"a device is given as text like 'cuda:0', given {spec!r}")
+        raise _device_argument("device", "a Device or text like 'cuda:0'", spec)
     kind, colon, ordinal_text = spec.strip().lower().partition(":")
     if kind not in KIND_CODES:
-        raise DeviceError(f"unknown device kind {kind!r} in {spec!r} (known: "
+        raise DeviceError(f"unknown device kind {describe(kind)} in {describe(spec)} (known: "
                           f"{', '.join(KIND_CODES)})")
-    if colon and not (ordinal_text.isascii() and ordinal_text.isdigit()):
-        raise DeviceError(f"device ordinal in {spec!r} must be a non-negative integer")
+    if colon and not (ordinal_text.isascii() and ordinal_text.isdigit()
+                      and len(ordinal_text) <= 10):
+        raise DeviceError(f"device ordinal in {describe(spec)} must be a non-negative integer "
+                          f"below {_MAX_ORDINAL}")
     factory = {"cpu": cpu, "cuda": cuda, "sim": sim}[kind]
     return factory(int(ordinal_text or 0))
 
@@ -111,8 +144,8 @@ def parse_device_map(mapping: Mapping[str | int, Device | str]) -> dict[int, Dev
         {2: graphrt.device('sim:0')}
     """
     if not isinstance(mapping, Mapping):
-        raise DeviceError(f"device_map must be a mapping of device kinds to devices, given "
-                          f"{type(mapping).__name__}")
+        raise _device_argument("device_map", "a mapping of device kinds to devices (device_map "
+                               "must be a mapping)", mapping)
     result: dict[int, Device] = {}
     for key, value in mapping.items():
         if isinstance(key, str) and key.strip().lower() in KIND_CODES:
@@ -120,7 +153,7 @@ def parse_device_map(mapping: Mapping[str | int, Device | str]) -> dict[int, Dev
         elif isinstance(key, int) and not isinstance(key, bool) and key > 0:
             code = key
         else:
-            raise DeviceError(f"device_map key {key!r} is not a device kind ("
+            raise DeviceError(f"device_map key {describe(key)} is not a device kind ("
                               f"{', '.join(KIND_CODES)}) or a positive DLPack type code")
         result[code] = device(value)
     return result
@@ -152,14 +185,14 @@ def backend_for(dev: Device) -> Backend:
     return backend
 
 
-def sim_counters(dev: Device) -> SimCounters:
+def sim_counters(dev: Device | str) -> SimCounters:
     """The copy and byte counters of a sim device.
 
     Example:
         >>> import graphrt
         >>> graphrt.sim_counters(graphrt.sim(0)).reset()
     """
-    backend = backend_for(dev)
+    backend = backend_for(device(dev))
     if not isinstance(backend, SimBackend):
         raise DeviceError(f"{dev} is not a sim device; only sim devices count copies")
     return backend.counters
@@ -195,9 +228,54 @@ def locate(value: object) -> tuple[Device, Array]:
             name = type(value).__name__
             raise InputError(f"cannot import {name} through DLPack: {err}") from None
     try:
-        return Device(CPU, 0), np.asarray(value)
+        array = np.asarray(value)
     except (TypeError, ValueError) as err:
         raise InputError(f"{type(value).__name__} is not an array: {err}") from None
+    if array.dtype.kind in "OSUV":  # None, text, arbitrary objects: nothing a tensor holds
+        argument_error("value", "an array of numbers (numpy, cupy, sim, or anything with "
+                       "__dlpack__ or __array__)", value)
+    return Device(CPU, 0), array
+
+
+def is_array(value: object) -> bool:
+    """Whether ``value`` is memory a device holds (a numpy, sim or cupy array, or a DLPack
+    tensor), rather than something :func:`locate` would copy into a new array (a list)."""
+    return (isinstance(value, np.ndarray) or hasattr(value, "__dlpack__")
+            or type(value).__module__.partition(".")[0] == "cupy")
+
+
+def allocate(dev: Device, nbytes: int, what: str) -> Array:
+    """A zero-filled buffer of ``nbytes`` on ``dev`` for ``what`` (a storage id, scratch...).
+
+    Every buffer graphrt allocates comes from here, so a failure is reported in one way.
+
+    Raises:
+        PlacementError: the device could not give the memory (numpy's or cupy's
+            ``MemoryError``), naming ``what``, the bytes and the device.
+    """
+    try:
+        return backend_for(dev).allocate(nbytes)
+    except (MemoryError, ValueError) as err:  # ValueError: numpy's "array is too big"
+        raise _no_memory(dev, nbytes, what, err) from None
+
+
+def allocate_host(dev: Device, nbytes: int, what: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """A host staging buffer for copies to and from ``dev`` (pinned on cuda).
+
+    Raises:
+        PlacementError: as :func:`allocate`.
+    """
+    try:
+        return backend_for(dev).allocate_host(nbytes)
+    except (MemoryError, ValueError) as err:
+        raise _no_memory(dev, nbytes, f"host staging of {what}", err) from None
+
+
+def _no_memory(dev: Device, nbytes: int, what: str, err: Exception) -> PlacementError:
+    limit = host_memory_limit() if dev.type_code != CUDA else None
+    left = "" if limit is None else f"; this process may allocate about {limit} more bytes"
+    return PlacementError(f"cannot allocate {nbytes} bytes on {dev} for {what} "
+                          f"({type(err).__name__}: {str(err)[:120]}){left}")
 
 
 def _locate_cuda(value: object, ordinal: int) -> tuple[Device, Array]:
@@ -225,7 +303,7 @@ def copier(src: Device, dst: Device, *, staging: int = 0) -> Copier:
         return dst_backend.upload
     if dst.type_code == CPU:
         return src_backend.download
-    buffer = src_backend.allocate_host(staging) if staging else None
+    buffer = allocate_host(src, staging, f"a copy {src} -> {dst}") if staging else None
 
     def staged(source: Array, target: Array) -> None:
         if buffer is not None and source.nbytes <= buffer.nbytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -13,6 +12,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .host_memory import host_memory_limit
+
 __all__ = [
     "ALIGNMENT",
     "CPU",
@@ -22,7 +23,6 @@ __all__ = [
     "Backend",
     "Device",
     "StepTimer",
-    "host_memory_bytes",
 ]
 
 # DLPack device type codes graphrt has backends for. Sim takes ext_dev's code.
@@ -75,14 +75,6 @@ class StepTimer(Protocol):
     def elapsed_us(self, repeat: int) -> float:
         """Valid once the device has been synchronized."""
         ...
-
-
-def host_memory_bytes() -> int | None:
-    """Physical memory of this machine, or None where the OS does not say."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 class Backend(ABC):
@@ -143,8 +135,10 @@ class Backend(ABC):
         """Wait until all work queued on this device has finished."""
 
     def capacity(self) -> int | None:
-        """Bytes this device can hold at most, or None when unknown."""
-        return host_memory_bytes()
+        """Bytes this device can still hold, or None when unknown: on host devices what this
+        process may still allocate (:func:`~graphrt.devices.host_memory.host_memory_limit`:
+        available memory, resource limits and the cgroup's limit, less what is in use)."""
+        return host_memory_limit()
 
     def step_timer(self) -> StepTimer | None:
         """A device-side timer for the profiler, or None where wall clock is exact (host)."""

@@ -136,7 +136,11 @@ class CudaBackend(Backend):
                 dst[...] = src.get()
 
     def allocate_host(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
-        pinned: np.ndarray[Any, np.dtype[np.uint8]] = cupyx.empty_pinned((nbytes,), np.uint8)
+        try:
+            pinned: np.ndarray[Any, np.dtype[np.uint8]] = cupyx.empty_pinned((nbytes,),
+                                                                             np.uint8)
+        except cupy.cuda.runtime.CUDARuntimeError as err:  # cudaErrorMemoryAllocation
+            raise MemoryError(f"pinned host memory: {err}") from None
         return pinned
 
     def run_scope(self) -> ContextStream:

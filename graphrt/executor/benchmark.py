@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import fmean, median, pstdev
 
-from ..errors import InputError
+from ..errors import InputError, argument_error, describe
 
-__all__ = ["BenchmarkResult", "time_calls"]
+__all__ = ["BenchmarkResult", "check_count", "time_calls"]
+
+
+def check_count(name: str, value: object, minimum: int) -> int:
+    """``value`` as a count: an int (a bool is not one) of at least ``minimum``.
+
+    Raises:
+        ArgumentError: not an int.
+        InputError: below ``minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        argument_error(name, f"an int >= {minimum}", value)
+    if value < minimum:
+        raise InputError(f"{name} must be an int >= {minimum}, given {describe(value)}")
+    return value
+
+
+def _check_milliseconds(value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        argument_error("min_repeat_ms", "None or a number of milliseconds >= 0", value)
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(f"min_repeat_ms must be a finite number >= 0, given {value!r}")
 
 
 @dataclass(frozen=True)
@@ -58,9 +82,17 @@ def time_calls(call: Callable[[], None], synchronize: Callable[[], None], *, rep
 
     With ``min_repeat_ms``, ``number`` is first doubled until one batch takes at least that long
     (TVM's rule), so very fast graphs are timed over enough calls.
+
+    Raises:
+        ArgumentError: a count that is not an int, ``min_repeat_ms`` that is not a number.
+        InputError: a count below 1, ``min_repeat_ms`` below 0 or not finite.
     """
+    for name, value in (("repeat", repeat), ("number", number)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            argument_error(name, "an int >= 1", value)
     if repeat < 1 or number < 1:
         raise InputError(f"repeat and number must be >= 1, given {repeat} and {number}")
+    _check_milliseconds(min_repeat_ms)
 
     def batch(count: int) -> float:
         synchronize()

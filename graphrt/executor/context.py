@@ -21,9 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from ..devices import Array, Device, backend_for, copier, cpu, locate
-from ..errors import ExecutionError, GraphrtError, InputError
-from .benchmark import BenchmarkResult, time_calls
+from ..devices import Array, Device, allocate, backend_for, copier, cpu, is_array, locate
+from ..errors import (
+    ArgumentError,
+    ExecutionError,
+    GraphrtError,
+    InputError,
+    argument_error,
+    describe,
+    expect_type,
+)
+from .benchmark import BenchmarkResult, check_count, time_calls
 from .compiled import CompiledGraph
 from .dynamic import DynamicRunner
 from .memory import MemoryReport
@@ -52,18 +60,24 @@ class _Binding:
 
 
 class SlotPool:
-    """A context's byte buffer per storage id, allocated when first needed."""
+    """A context's byte buffer per storage id, allocated when first needed (at ``create()``,
+    or for the slot of a param a run context stopped reading from the params, when its input
+    is set again: a failure then is a :class:`PlacementError` from that ``set_input``)."""
 
     def __init__(self, compiled: CompiledGraph, skip: set[int]) -> None:
         self._slots = compiled.plan.pool
-        self.buffers = {sid: backend_for(slot.device).allocate(slot.nbytes)
-                        for sid, slot in self._slots.items() if sid not in skip}
+        self._label = compiled.graph.entry_label
+        self.buffers: dict[int, Array] = {}
+        for sid in self._slots:
+            if sid not in skip:
+                self(sid)
 
     def __call__(self, sid: int) -> Array:
         buffer = self.buffers.get(sid)
         if buffer is None:
             slot = self._slots[sid]
-            buffer = self.buffers[sid] = backend_for(slot.device).allocate(slot.nbytes)
+            what = f"storage_id {sid} ({self._label(slot.entries[0])})"
+            buffer = self.buffers[sid] = allocate(slot.device, slot.nbytes, what)
         return buffer
 
     def release(self, sid: int) -> None:
@@ -87,7 +101,7 @@ class RunContext:
         self._param_versions = {position: param.version for position, param in params.items()}
         private = {compiled.private_sids[p] for p in params} - {None}
         self._pool = SlotPool(compiled, {sid for sid in private if sid is not None})
-        self._arenas = {dev: backend_for(dev).allocate(nbytes)
+        self._arenas = {dev: allocate(dev, nbytes, "the scratch arena of lowered functions")
                         for dev, nbytes in plan.scratch.arena.items()}
         self._staging_bytes = 0
         self._dynamic = (None if compiled.shapes is None else
@@ -115,6 +129,10 @@ class RunContext:
             scope for scope in scopes if scope is not None)
         self._failure: tuple[int, str] | None = None
         self._unset = set(range(len(compiled.input_eids))) - set(params)
+        # Outputs whose memory holds no result of the last run, which wrote them into the
+        # caller's arrays instead (a call, invoke_with_outputs). Before the first run every
+        # output holds zeros, as in TVM (inputs never set hold zeros too, with a warning).
+        self._unwritten: set[int] = set()
 
     def _specs(self) -> list[StepSpec]:
         specs: list[StepSpec] = []
@@ -185,6 +203,7 @@ class RunContext:
         else:
             self._run_steps(hook)
         self._failure = None
+        self._unwritten.clear()
 
     def _check_unset(self) -> None:
         """Inputs and params never set run as zeros: say so once, or refuse."""
@@ -265,20 +284,23 @@ class RunContext:
             >>> mod.invoke_with_outputs({"A": a, "B": b, "C": c}, [y])  # doctest: +SKIP
         """
         n_outputs = len(self.graph.heads)
-        if not isinstance(outputs, Sequence) or len(outputs) != n_outputs:
-            count = len(outputs) if isinstance(outputs, Sequence) else type(outputs).__name__
+        if not isinstance(outputs, Sequence) or isinstance(outputs, str | bytes):
+            raise ArgumentError(f"outputs must be a sequence of {n_outputs} arrays (one per "
+                                f"graph output), given {type(outputs).__name__}")
+        if len(outputs) != n_outputs:
             raise InputError(f"outputs must be a sequence of {n_outputs} arrays "
-                             f"(one per graph output), given {count}")
+                             f"(one per graph output), given {len(outputs)}")
         if not isinstance(inputs, Mapping):
-            raise InputError(f"inputs must be a mapping of names or indexes to arrays, given "
-                             f"{type(inputs).__name__}")
+            raise ArgumentError(f"inputs must be a mapping of names or indexes to arrays, given "
+                                f"{type(inputs).__name__}")
         if self._params_seen != self._store.version:
             self._sync_params()
         saved = dict(self._bound_inputs), dict(self._bound_outputs)
-        self._bind({self._input_position(key): value for key, value in inputs.items()},
-                   {i: value for i, value in enumerate(outputs) if value is not None})
+        bound = {i: value for i, value in enumerate(outputs) if value is not None}
+        self._bind({self._input_position(key): value for key, value in inputs.items()}, bound)
         try:
             self._execute(None)
+            self._unwritten.update(bound)  # the results are in the caller's arrays only
         finally:
             self._restore(*saved)
         return outputs
@@ -319,8 +341,8 @@ class RunContext:
         Example:
             >>> print(mod.profile(repeat=20).table(top=10))  # doctest: +SKIP
         """
-        _check_count("repeat", repeat, 1)
-        _check_count("warmup", warmup, 0)
+        check_count("repeat", repeat, 1)
+        check_count("warmup", warmup, 0)
         for _ in range(warmup):
             self._execute(None)
         table = self._table
@@ -388,6 +410,7 @@ class RunContext:
         """
         nid = self._node_id(node)
         outputs = self.graph.nodes[nid].outputs
+        check_count("debug_get_output(index=...)", index, 0)
         if not 0 <= index < len(outputs):
             raise InputError(f"{self.graph.nodes[nid].label} has {len(outputs)} output(s), "
                              f"given index {index}")
@@ -408,6 +431,8 @@ class RunContext:
             >>> mod.dump_outputs("outputs.npz")  # doctest: +SKIP
             >>> np.load("outputs.npz")["conv2d_0:12:0"]  # doctest: +SKIP
         """
+        expect_type(path, (str, os.PathLike), name="dump_outputs(path)",
+                    expected="a path (str or os.PathLike)")
         dumper = Dumper(self.graph, self.to_host)
         self._execute(dumper)
         dumper.save_until(len(self.graph.nodes))
@@ -420,8 +445,9 @@ class RunContext:
         if isinstance(node, str):
             matches = [n.nid for n in self.graph.nodes if n.name == node]
             if len(matches) != 1:
-                raise InputError(f"no node is called {node!r}" if not matches else
-                                 f"{len(matches)} nodes are called {node!r} (ids {matches}); "
+                raise InputError(f"no node is called {describe(node)}" if not matches else
+                                 f"{len(matches)} nodes are called {describe(node)} (ids "
+                                 f"{matches[:20]}); "
                                  "give the node id")
             return matches[0]
         return _position(node, len(self.graph.nodes), "node")
@@ -449,11 +475,17 @@ class RunContext:
         All values are checked before any is copied, so a bad one leaves every input as it was.
 
         Raises:
+            ArgumentError: a key that is not a name or position, a value that is not an array.
             InputError: an unknown name or index, or a shape or dtype that does not match.
+            PlacementError: the input's storage had to be allocated again (it was read from
+                the params) and the device could not give it.
         """
         pending: dict[Any, Any] = dict(params)
         if key is not None:
             pending[key] = value
+        elif value is not None:
+            argument_error("set_input(key, value)", "the input's name (str) or position (int) "
+                           "as the key", key)
         self._set_inputs(pending)
 
     def _set_inputs(self, values: Mapping[Any, Any]) -> None:
@@ -553,8 +585,8 @@ class RunContext:
             dev = self.plan.entry_device[input_eids[position]]
             array = src
             if copy:
-                backend = backend_for(dev)
-                array = backend.view(backend.allocate(src.nbytes), tuple(src.shape), src.dtype)
+                buffer = allocate(dev, src.nbytes, f"param {self.graph.input_names[position]!r}")
+                array = backend_for(dev).view(buffer, tuple(src.shape), src.dtype)
                 copier(src_dev, dev)(src, array)
             arrays[position] = (array, dev)
         for dev in {dev for _, dev in arrays.values()}:
@@ -596,11 +628,18 @@ class RunContext:
         copied into it after checking shape and dtype, and ``out`` is returned.
 
         Raises:
-            InputError: no such output, or ``out`` does not fit.
+            ArgumentError: ``index`` is not a name or position, ``out`` is not an array.
+            InputError: no such output, or ``out`` does not fit; or the last run wrote the
+                output into the caller's arrays only (calling the module,
+                :meth:`invoke_with_outputs`), so the module's memory holds an older result.
+                (Before the first run, an output holds zeros, as in TVM.)
             ExecutionError: the last run failed (or ``debug_get_output`` stopped it) before
                 this output was computed: its memory holds no result of that run.
         """
         position = self._output_position(index)
+        if out is not None:  # the arguments first, then whether there is anything to read
+            self._out_buffer(self.graph.heads[position], out,
+                             f"output {position} ({self.graph.output_names[position]!r})")
         if self._failure is not None and self._head_nids[position] >= self._failure[0]:
             nid, reason = self._failure
             raise ExecutionError(
@@ -611,7 +650,13 @@ class RunContext:
                 device=str(self.plan.node_device[nid]) if nid >= 0 else "")
         bound = self._bound_outputs.get(position)
         if bound is not None and out is None:
-            return bound.given
+            return bound.given  # the caller's own array, as bound
+        if position in self._unwritten:
+            raise InputError(
+                f"output {position} ({self.graph.output_names[position]!r}): the last run wrote "
+                "it into the arrays the caller passed or got back (calling the module, "
+                "invoke_with_outputs), not into the module's memory, which holds an older "
+                "result; use those arrays, or call run() and then get_output")
         return self._read(self.graph.heads[position], out,
                           f"output {position} ({self.graph.output_names[position]!r})")
 
@@ -623,9 +668,9 @@ class RunContext:
     def _output_position(self, key: int | str) -> int:
         candidates = self.graph.output_aliases.get(key) if isinstance(key, str) else None
         if candidates:
-            raise InputError(f"output name {key!r} is ambiguous: {len(candidates)} outputs come "
-                             f"from nodes of that name; give one of {listing(candidates)} (or "
-                             "the position)")
+            raise InputError(f"output name {describe(key)} is ambiguous: {len(candidates)} "
+                             f"outputs come from nodes of that name; give one of "
+                             f"{listing(candidates)} (or the position)")
         return _named_position(key, self.compiled.output_index, self.graph.output_names,
                                "output")
 
@@ -644,12 +689,19 @@ class RunContext:
         view = self._table.views[eid]
         if out is None:
             return view.view()  # the caller may reshape it without touching ours
+        out_dev, target = self._out_buffer(eid, out, what)
+        copier(self.plan.entry_device[eid], out_dev)(view, target)
+        return out
+
+    def _out_buffer(self, eid: int, out: Any, what: str) -> tuple[Device, Array]:
+        """``out`` checked as a buffer to copy the entry into: an array of its shape and
+        dtype (on any device), writable."""
+        _check_array(out, f"out buffer for {what}")
         out_dev, target = _locate(out, f"out buffer for {what}")
         self._check_fits(eid, target, f"out buffer for {what}")
         if not _writable(target):
             raise InputError(f"out buffer for {what} is read-only")
-        copier(self.plan.entry_device[eid], out_dev)(view, target)
-        return out
+        return out_dev, target
 
     def _check_fits(self, eid: int, array: Array, what: str) -> None:
         """``array`` has the entry's current shape (its last run's, when dynamic) and dtype."""
@@ -747,6 +799,7 @@ class RunContext:
             for p in bound)
 
     def _binding(self, eid: int, value: Any, what: str, *, writable: bool) -> _Binding:
+        _check_array(value, what)
         dev, native = _locate(value, what)
         expected = self.plan.entry_device[eid]
         if dev != expected:
@@ -793,15 +846,22 @@ class RunContext:
 
     def _fresh_array(self, eid: int) -> Array:
         view, dev = self._table.views[eid], self.plan.entry_device[eid]
-        backend = backend_for(dev)
-        return backend.view(backend.allocate(view.nbytes), tuple(view.shape), view.dtype)
+        buffer = allocate(dev, view.nbytes, f"a fresh output ({self.graph.entry_label(eid)})")
+        return backend_for(dev).view(buffer, tuple(view.shape), view.dtype)
 
 
 def _locate(value: Any, what: str) -> tuple[Device, Array]:
     try:
         return locate(value)
     except InputError as err:
-        raise InputError(f"{what}: {err}") from None
+        raise type(err)(f"{what}: {err}") from None
+
+
+def _check_array(value: Any, what: str) -> None:
+    """Memory graphrt writes into or binds must be an array, not a list it would copy."""
+    if not is_array(value):
+        argument_error(what, "an array (numpy, cupy, sim, or a DLPack tensor such as torch's)",
+                       value)
 
 
 def _writable(array: Array) -> bool:
@@ -815,7 +875,7 @@ def _named_position(key: object, index: Mapping[str, int], names: tuple[str, ...
     if isinstance(key, str):
         position = index.get(key)
         if position is None:
-            raise InputError(f"unknown {kind} {key!r}; the graph's {kind}s are: "
+            raise InputError(f"unknown {kind} {describe(key)}; the graph's {kind}s are: "
                              f"{listing(names)}")
         return position
     return _position(key, len(names), kind)
@@ -823,15 +883,12 @@ def _named_position(key: object, index: Mapping[str, int], names: tuple[str, ...
 
 def _position(key: object, count: int, kind: str) -> int:
     if isinstance(key, bool) or not isinstance(key, int):
-        raise InputError(f"{kind} key must be a name (str) or a position (int), given {key!r}")
+        raise ArgumentError(f"{kind} key must be a name (str) or a position (int), given "
+                            f"{describe(key)}")
     if not 0 <= key < count:
-        raise InputError(f"{kind} index {key} is out of range: the graph has {count} {kind}s")
+        raise InputError(f"{kind} index {describe(key)} is out of range: the graph has {count} "
+                         f"{kind}s")
     return key
-
-
-def _check_count(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{name} must be an int >= {minimum}, given {value!r}")
 
 
 def listing(names: tuple[str, ...], limit: int = 20) -> str:

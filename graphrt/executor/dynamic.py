@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..devices import Array, Device, backend_for, copier, cpu
+from ..devices import Array, Device, allocate_host, backend_for, copier, cpu
 from ..errors import ExecutionError, InputError
 from ..lib import TensorType
 from .compiled import CompiledGraph
@@ -99,8 +99,8 @@ class DynamicRunner:
                                                      strict=True)):
             if needed:
                 dev = self.plan.entry_device[eid]
-                host = None if dev.kind == "cpu" else backend_for(dev).allocate_host(
-                    self.graph.entries[eid].nbytes)
+                host = None if dev.kind == "cpu" else allocate_host(
+                    dev, self.graph.entries[eid].nbytes, self.graph.entry_label(eid))
                 staged.append(_Staging(position, eid, dev, host))
         return staged
 

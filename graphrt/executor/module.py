@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..devices import Device, backend_for, device, parse_device_map
-from ..errors import InputError
+from ..errors import ArgumentError, InputError, argument_error, describe, expect_type
 from ..lib import LibrarySource, as_library
 from ..params import iter_params
 from ..schema import Graph, GraphSource, load_graph
@@ -59,7 +59,13 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
             they hold zeros (TVM ran them silently).
 
     Raises:
-        GraphFormatError, PlacementError, KernelNotFoundError, DeviceError.
+        ArgumentError: an argument of the wrong kind (a lib that is not a Library or a mapping
+            of names to callables, an option that is not a bool); it says what was expected.
+        GraphFormatError, KernelNotFoundError, DeviceError.
+        PlacementError: also when the devices cannot hold the graph: the capacity of a host
+            device is what this process may still allocate (see
+            :func:`graphrt.devices.host_memory.host_memory_limit`), and an allocation that
+            fails anyway names the storage id, the bytes and the device.
 
     Example:
         >>> import numpy as np, graphrt
@@ -68,6 +74,9 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
         >>> mod = graphrt.create("examples/graphs/simplex.json", lib,  # doctest: +SKIP
         ...                      graphrt.cpu(0), graphrt.sim(0))
     """
+    for option, value in (("strict_placement", strict_placement),
+                          ("require_inputs", require_inputs)):
+        expect_type(value, bool, name=f"create({option}=...)", expected="True or False")
     graph = load_graph(graph_json)
     library = as_library(lib)
     devs = tuple(device(d) for d in devices) or (device("cpu:0"),)
@@ -189,6 +198,11 @@ class GraphModule:
         """
         items = iter_params(params) if isinstance(params, bytes | bytearray | memoryview) else (
             _mapping_items(params))
+        items = list(items)
+        for name, _ in items:
+            if not isinstance(name, str):
+                argument_error("load_params(params)", "a mapping whose keys are param names "
+                               "(str)", name)
         self.context.publish_params(dict(items))
 
     def share_params(self, other: GraphModule,
@@ -206,15 +220,15 @@ class GraphModule:
                 loaded, or whose shape, dtype or device differs between the two.
         """
         if not isinstance(other, GraphModule):
-            raise InputError(f"share_params needs a GraphModule to share from, given "
-                             f"{type(other).__name__}")
+            raise ArgumentError(f"share_params needs a GraphModule to share from, given "
+                                f"{type(other).__name__}")
         names = [name for name, _ in iter_params(params_bytes)]
         theirs = other.compiled.params.current
         shared = {}
         for name in names:
             position = other.compiled.input_index.get(name)
             if position is None or position not in theirs:
-                raise InputError(f"share_params: the other module has no param {name!r} "
+                raise InputError(f"share_params: the other module has no param {describe(name)} "
                                  f"loaded (its loaded params: "
                                  f"{listing(tuple(other.graph.input_names[p] for p in theirs))})")
             shared[name] = theirs[position]
@@ -271,7 +285,7 @@ class GraphModule:
         """
         candidates = self.graph.output_aliases.get(_name(name, "output"))
         if candidates:
-            raise InputError(f"output name {name!r} is ambiguous; give one of "
+            raise InputError(f"output name {describe(name)} is ambiguous; give one of "
                              f"{listing(candidates)}")
         return self.compiled.output_index.get(name, -1)
 
@@ -287,12 +301,13 @@ class GraphModule:
 
 def _name(name: object, kind: str) -> str:
     if not isinstance(name, str):
-        raise InputError(f"an {kind} name is a str, given {type(name).__name__} {name!r:.60}")
+        raise ArgumentError(f"an {kind} name is a str, given {type(name).__name__} "
+                            f"{describe(name, 60)}")
     return name
 
 
 def _mapping_items(params: object) -> Any:
     if not isinstance(params, Mapping):
-        raise InputError(f"params must be a TVM params blob (bytes) or a mapping of names to "
-                         f"arrays, given {type(params).__name__}")
+        raise ArgumentError(f"params must be a TVM params blob (bytes) or a mapping of names to "
+                            f"arrays, given {type(params).__name__}")
     return params.items()

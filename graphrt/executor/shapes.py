@@ -58,14 +58,18 @@ class ShapePlan:
                 stages[min(stage, len(self.nodes))].append(entry.eid)
         self.stage_entries: tuple[tuple[int, ...], ...] = tuple(map(tuple, stages))
         self._inputs = tuple(graph.nodes[nid].outputs[0] for nid in graph.arg_nodes)
+        self._ranges = {name: (var.min, var.max) for name, var in graph.shape_vars.items()}
 
     # -- inputs ----------------------------------------------------------------------------
 
     def check_input(self, eid: int, shape: tuple[int, ...], what: str) -> None:
-        """Check one input's shape alone: rank, fixed dims, each variable within its bounds.
+        """Check one input's shape alone: rank, fixed dims, each variable within its bounds,
+        each expression within the values it can take (whether it equals its value is
+        checked when the run binds every variable, :meth:`bind_inputs`).
 
         Raises:
-            InputError: naming the input, the dimension, the variable and its bounds.
+            InputError: naming the input, the dimension, the variable or expression and its
+                bounds.
         """
         entry = self.graph.entries[eid]
         dims = entry.dims
@@ -88,6 +92,15 @@ class ShapePlan:
                     raise InputError(
                         f"{what}: dimension {axis} binds shape variable {var.name!r} to {size}, "
                         f"outside its bounds [{var.min}, {var.max}] (given shape {shape})")
+            else:
+                low = max(dim.bounds(self._ranges)[0], 0)
+                if not low <= size <= entry.shape[axis]:
+                    ranges = ", ".join(f"{v} in [{self._ranges[v][0]}, {self._ranges[v][1]}]"
+                                       for v in sorted(dim.variables))
+                    raise InputError(
+                        f"{what}: dimension {axis} = {dim.text} is {size}, outside the values "
+                        f"[{low}, {entry.shape[axis]}] it takes for {ranges} (given shape "
+                        f"{shape})")
 
     def bind_inputs(self, shapes: Sequence[tuple[int, ...]],
                     names: Sequence[str]) -> dict[str, int]:
@@ -115,12 +128,23 @@ class ShapePlan:
         for eid, shape, name in zip(self._inputs, shapes, names, strict=True):
             for axis, dim in enumerate(self.graph.entries[eid].dims or ()):
                 if isinstance(dim, Expr) and not dim.is_variable:
-                    value = dim.evaluate(env)
+                    value = self._evaluate(dim, env, f"input {name!r} dimension {axis}")
                     if value != shape[axis]:
                         bound = ", ".join(f"{v}={env[v]}" for v in sorted(dim.variables))
                         raise InputError(f"input {name!r} dimension {axis} is {shape[axis]}, "
                                          f"but {dim.text!r} = {value} with {bound}")
         return env
+
+    def _evaluate(self, dim: Expr, env: Mapping[str, int], where: str) -> int:
+        """``dim`` under ``env``; a variable no input bound or a division by 0 is an
+        InputError naming ``where`` and the expression."""
+        try:
+            return dim.evaluate(env)
+        except (KeyError, ZeroDivisionError) as err:
+            missing = sorted(dim.variables - env.keys())
+            problem = (f"{missing} not bound by any input" if missing
+                       else f"{type(err).__name__}: {err}")
+            raise InputError(f"{where} = {dim.text} cannot be evaluated: {problem}") from None
 
     # -- shapes ----------------------------------------------------------------------------
 

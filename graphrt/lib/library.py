@@ -10,6 +10,7 @@ import orjson
 
 from ..devices import Device, device
 from ..devices.base import KIND_CODES
+from ..errors import argument_error, describe
 from .declarative import FunctionSpec, FusedFunction, LibrarySpec, parse_library_spec
 from .shape_functions import ShapeFunction, ShapeFunctionFn
 
@@ -33,8 +34,28 @@ def _type_code(spec: str | int | Device) -> int:
         return KIND_CODES[spec]
     if isinstance(spec, str):
         return device(spec).type_code
-    raise TypeError(f"device must be a kind ('cpu', 'cuda', 'sim'), a type code or a Device, "
-                    f"given {spec!r}")
+    argument_error("register(device=...)", "a kind ('cpu', 'cuda', 'sim'), a type code or a "
+                   "Device", spec)
+
+
+def _check_name(name: object, what: str) -> str:
+    """A kernel or function name: a non-empty str that is not a built-in.
+
+    Raises:
+        ArgumentError: not a str.
+        ValueError: empty, or a built-in (``__nop``, ``__copy``).
+    """
+    if not isinstance(name, str):
+        argument_error(f"a {what} name", "a non-empty str", name)
+    if not name or name in RESERVED:
+        raise ValueError(f"a {what} name must be a non-empty str other than the built-ins "
+                         f"{RESERVED}, given {describe(name)}")
+    return name
+
+
+def _check_kernel(name: str, kernel: object) -> None:
+    if not callable(kernel):
+        argument_error(f"kernel {describe(name)}", "a callable", kernel)
 
 
 class Library:
@@ -68,6 +89,8 @@ class Library:
         self._by_device: dict[tuple[str, int], Kernel] = {}
         self._functions: dict[str, FusedFunction] = {}
         self._shape_functions: dict[str, ShapeFunction] = {}
+        if kernels is not None and not isinstance(kernels, Mapping):
+            argument_error("Library(kernels)", "a mapping of func_name to kernel", kernels)
         for name, kernel in (kernels or {}).items():
             self.register(name, kernel)
 
@@ -86,17 +109,14 @@ class Library:
 
         Raises:
             ValueError: ``name`` is a built-in (``__nop``, ``__copy``) or empty.
-            TypeError: ``fn`` is not callable, or ``device`` is not a device description.
+            ArgumentError: (a ``TypeError``) ``name`` is not a str, ``fn`` is not callable,
+                or ``device`` is not a device description.
         """
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a kernel name must be a non-empty str, given {name!r}")
-        if name in RESERVED:
-            raise ValueError(f"{name!r} is built into graphrt and cannot be registered")
+        _check_name(name, "kernel")
         type_code = None if device is None else _type_code(device)
 
         def add(kernel: K) -> K:
-            if not callable(kernel):
-                raise TypeError(f"kernel {name!r} must be callable, given {type(kernel).__name__}")
+            _check_kernel(name, kernel)
             if type_code is None:
                 self._generic[name] = kernel
             else:
@@ -121,13 +141,14 @@ class Library:
             >>> lib.shape_function("my_nonzero").data_dependent
             (True,)
         """
+        _check_name(name, "kernel")
         if not callable(fn):
-            raise TypeError(f"shape function of {name!r} must be callable, given "
-                            f"{type(fn).__name__}")
+            argument_error(f"the shape function of {describe(name)}", "a callable", fn)
+        if isinstance(data_dependent, str | bytes) or not isinstance(data_dependent, Sequence) \
+                or not all(isinstance(flag, bool) for flag in data_dependent):
+            argument_error(f"data_dependent of {describe(name)}", "a sequence of bools, one per "
+                           "input", data_dependent)
         flags = tuple(data_dependent)
-        if not all(isinstance(flag, bool) for flag in flags):
-            raise TypeError(f"data_dependent of {name!r} must be bools, one per input, given "
-                            f"{data_dependent!r}")
         function = ShapeFunction(fn, flags)
         self._shape_functions[name] = function
         return function
@@ -147,9 +168,7 @@ class Library:
             GraphFormatError: the function is malformed (unknown op, bad attributes, arity,
                 dataflow), naming the function, step and op.
         """
-        if not isinstance(name, str) or not name or name in RESERVED:
-            raise ValueError(f"a function name must be a non-empty str other than "
-                             f"{RESERVED}, given {name!r}")
+        _check_name(name, "function")
         spec = parse_library_spec({"functions": {name: function}})
         fused = FusedFunction(name, spec.functions[name])
         self._functions[name] = fused
@@ -183,7 +202,7 @@ class Library:
         library is changed.
 
         Raises:
-            TypeError: ``other`` is neither a Library nor a mapping of kernels.
+            ArgumentError: ``other`` is neither a Library nor a mapping of kernels.
 
         Example:
             >>> base = Library.from_json({"functions": {"relu1": {"inputs": ["x"],
@@ -237,10 +256,15 @@ LibrarySource = Library | Mapping[str, Kernel]
 
 
 def as_library(lib: LibrarySource) -> Library:
-    """``lib`` as a :class:`Library` (a mapping is wrapped)."""
+    """``lib`` as a :class:`Library` (a mapping is wrapped, each kernel checked).
+
+    Raises:
+        ArgumentError: not a Library or a mapping; a name that is not a str, or a kernel that
+            is not callable (naming it).
+        ValueError: a name that is empty or a built-in (``__nop``, ``__copy``).
+    """
     if isinstance(lib, Library):
         return lib
     if isinstance(lib, Mapping):
         return Library(lib)
-    raise TypeError(f"lib must be a graphrt.Library or a mapping of names to kernels, "
-                    f"given {type(lib).__name__}")
+    argument_error("lib", "a graphrt.Library or a mapping of names to kernels", lib)

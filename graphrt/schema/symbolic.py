@@ -21,7 +21,7 @@ from typing import Union
 
 __all__ = ["Dim", "Expr", "ShapeVar", "dim_text", "parse_dim"]
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*()]))")
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*()]))", re.ASCII)
 _MAX_TEXT = 200
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -75,8 +75,16 @@ def parse_dim(text: str) -> Expr:
     """Parse a symbolic dimension.
 
     Raises:
-        ValueError: not an expression of the grammar (the message says where).
+        ValueError: not an expression of the grammar (the message says where); the graph
+            loader turns it into a ``GraphFormatError`` naming the entry.
+
+    Example:
+        >>> parse_dim("((n))").text, parse_dim("(n)").is_variable, parse_dim(" 2*n ").text
+        ('n', True, '2 * n')
     """
+    if not isinstance(text, str):
+        raise ValueError(f"a dimension is an int or an expression (str), given "
+                         f"{type(text).__name__}")
     if len(text) > _MAX_TEXT:
         raise ValueError(f"dimension expression is longer than {_MAX_TEXT} characters")
     tokens = _tokenize(text)
@@ -87,7 +95,9 @@ def parse_dim(text: str) -> Expr:
     names = frozenset(_names(tree))
     if not names:
         raise ValueError(f"dimension {text!r} has no variable; write it as an integer")
-    return Expr(" ".join(tokens), tree, names)
+    # A bare variable, however parenthesized ("(n)", " n"), is written as its name: the name
+    # is what binds it and what shape_vars declares.
+    return Expr(tree if isinstance(tree, str) else " ".join(tokens), tree, names)
 
 
 def is_name(text: str) -> bool:
@@ -97,7 +107,7 @@ def is_name(text: str) -> bool:
 
 def _tokenize(text: str) -> list[str]:
     tokens, pos = [], 0
-    stripped = text.rstrip()
+    stripped = text.rstrip(" \t\r\n\f\v")
     while pos < len(stripped):
         match = _TOKEN.match(stripped, pos)
         if match is None:
