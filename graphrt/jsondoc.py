@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
-from .errors import GraphrtError
+from .errors import GraphrtError, argument_error, describe
+from .files import read_regular
 
-__all__ = ["JsonSource", "describe_validation_error", "is_json_text", "read_json",
+__all__ = ["JsonSource", "describe_validation_error", "is_json_text", "loc_part", "read_json",
            "read_source"]
 
 JsonSource = str | bytes | bytearray | memoryview | os.PathLike[str] | dict[str, Any]
@@ -35,43 +35,53 @@ def is_json_text(source: object) -> bool:
     return isinstance(source, str) and source.lstrip().startswith(("{", "["))
 
 
-def read_source(source: object, what: str,
-                error: type[GraphrtError]) -> str | bytes | dict[str, Any]:
-    """The undecoded document (or the dict given): text and bytes as they are, a path read.
+def read_source(source: object, what: str, error: type[GraphrtError], *,
+                name: str | None = None) -> str | bytes | dict[str, Any]:
+    """The undecoded document (or the dict given): text and bytes as they are, a path read
+    (only a regular file: a FIFO or a device is refused, see :mod:`graphrt.files`).
+
+    Args:
+        name: how a wrong type names the argument (``"load_graph(source)"``); ``what`` by
+            default.
 
     Raises:
-        error: the source is of another type, or the file cannot be read.
+        ArgumentError: the source is of another type.
+        error: the file cannot be read.
     """
     if isinstance(source, dict) or is_json_text(source):
         return source  # type: ignore[return-value]  # narrowed by the two checks
     if isinstance(source, bytes | bytearray | memoryview):
         return bytes(source)
     if not isinstance(source, str | os.PathLike):
-        raise error(f"a {what} is JSON text, bytes, a path or a dict, given "
-                    f"{type(source).__name__}")
-    path = Path(source)
+        argument_error(name or what, f"a {what} as JSON text, bytes, a path or a dict", source)
     try:
-        return path.read_bytes()
-    except (OSError, ValueError) as err:
-        reason = err.strerror if isinstance(err, OSError) else str(err)
-        hint = (" (a str is read as a path unless it starts with '{')"
-                if isinstance(source, str) else "")
-        raise error(f"cannot read {what} file {str(path)[:200]!r}: {reason}{hint}") from None
+        return read_regular(source, what, error)
+    except GraphrtError as err:
+        if not isinstance(source, str):
+            raise
+        raise error(f"{err} (a str is read as a path unless it starts with '{{')") from None
 
 
-def read_json(source: object, what: str, error: type[GraphrtError]) -> Any:
+def read_json(source: object, what: str, error: type[GraphrtError], *,
+              name: str | None = None) -> Any:
     """Decode a JSON document from any :data:`JsonSource`.
 
     Raises:
+        ArgumentError: a source of another type (``name`` says which argument).
         error: unreadable, or not valid JSON (naming ``what``).
     """
-    raw = read_source(source, what, error)
+    raw = read_source(source, what, error, name=name)
     if isinstance(raw, dict):
         return raw
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as err:
         raise error(f"{what} is not valid JSON: {err}") from None
+
+
+def loc_part(part: object) -> str:
+    """One part of a pydantic error location as text, safe whatever the document held."""
+    return part[:60] if isinstance(part, str) else describe(part, 60)
 
 
 def describe_validation_error(err: ValidationError, what: str,
@@ -86,14 +96,15 @@ def describe_validation_error(err: ValidationError, what: str,
             location dotted.
     """
     problems = []
-    for item in err.errors()[:limit]:
+    for item in err.errors(include_url=False, include_context=False)[:limit]:
         loc = tuple(part for part in item["loc"]
-                    if not str(part).startswith(("tuple[", "list[")))
-        place = where(loc) if where is not None else (
-            ".".join(str(part) for part in loc)[:120] or what)
+                    if not (isinstance(part, str) and part.startswith(("tuple[", "list["))))
+        place = (where(loc) if where is not None else ".".join(map(loc_part, loc)))[:120] \
+            or what
         given = item.get("input")
-        shown = "" if isinstance(given, dict | list) else f" (given {str(given)[:60]!r})"
-        problems.append(f"{place}: {item['msg']}{shown}")
+        text = given if isinstance(given, str) else describe(given, 60)
+        shown = "" if isinstance(given, dict | list) else f" (given {text[:60]!r})"
+        problems.append(f"{place}: {item['msg'][:300]}{shown}")
     more = err.error_count() - len(problems)
     suffix = f"; and {more} more problem(s)" if more > 0 else ""
     return "; ".join(problems) + suffix

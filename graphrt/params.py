@@ -18,14 +18,13 @@ import numpy as np
 
 from .devices import backend_for, locate
 from .devices.base import CPU
-from .errors import GraphFormatError, InputError
-from .schema import dtype_from_code, dtype_of
+from .errors import GraphFormatError, InputError, argument_error, describe, expect_type
+from .schema import MAX_NDIM, dtype_from_code, dtype_of, shape_problem
 
 __all__ = ["iter_params", "load_params", "save_params", "to_host"]
 
 LIST_MAGIC = 0xF7E58D4F05049CB7
 ARRAY_MAGIC = 0xDD5E40F096B4A13F
-_MAX_NDIM = 64
 
 
 class _Reader:
@@ -54,8 +53,8 @@ def iter_params(blob: bytes | bytearray | memoryview) -> Iterator[tuple[str, np.
         GraphFormatError: a wrong magic, truncation, an unsupported dtype, inconsistent sizes,
             duplicate names or trailing bytes; the message gives the offset or the param name.
     """
-    if not isinstance(blob, bytes | bytearray | memoryview):
-        raise InputError(f"a params blob is bytes, given {type(blob).__name__}")
+    expect_type(blob, (bytes, bytearray, memoryview), name="load_params(blob)",
+                expected="bytes (a params blob is bytes, bytearray or memoryview)")
     view = memoryview(blob)
     reader = _Reader((view if view.c_contiguous else memoryview(view.tobytes())).cast("B"))
     magic, _reserved = reader.unpack("QQ", "header")
@@ -84,12 +83,12 @@ def iter_params(blob: bytes | bytearray | memoryview) -> Iterator[tuple[str, np.
 
 
 def _read_array(reader: _Reader, name: str) -> np.ndarray[Any, Any]:
-    what = f"param {name!r}"
+    what = f"param {describe(name)}"
     magic, _reserved, _dev_type, _dev_id, ndim = reader.unpack("QQiii", what)
     if magic != ARRAY_MAGIC:
         raise GraphFormatError(f"params blob: {what} has array magic {magic:#018x}, expected "
                                f"{ARRAY_MAGIC:#018x}")
-    if not 0 <= ndim <= _MAX_NDIM:
+    if not 0 <= ndim <= MAX_NDIM:
         raise GraphFormatError(f"params blob: {what} has ndim {ndim}")
     code, bits, lanes = reader.unpack("BBH", what)
     try:
@@ -98,14 +97,14 @@ def _read_array(reader: _Reader, name: str) -> np.ndarray[Any, Any]:
         raise GraphFormatError(f"params blob: {what}: {err}") from None
     shape = reader.unpack(f"{ndim}q", f"shape of {what}")
     (nbytes,) = reader.unpack("q", f"size of {what}")
-    if any(dim < 0 for dim in shape) or nbytes != prod(shape) * dtype.itemsize:
+    problem = shape_problem(shape, dtype.itemsize)
+    if problem is not None:
+        raise GraphFormatError(f"params blob: {what}: {problem}")
+    if nbytes != prod(shape) * dtype.itemsize:
         raise GraphFormatError(f"params blob: {what} is {dtype}{list(shape)}, which is "
                                f"{prod(shape) * dtype.itemsize} bytes, but says {nbytes}")
     data = reader.take(nbytes, f"data of {what}")
-    try:
-        return np.frombuffer(data, dtype=dtype.numpy.newbyteorder("<")).reshape(shape)
-    except ValueError as err:  # e.g. an empty array with a dimension numpy cannot index
-        raise GraphFormatError(f"params blob: {what} has shape {list(shape)}: {err}") from None
+    return np.frombuffer(data, dtype=dtype.numpy.newbyteorder("<")).reshape(shape)
 
 
 def load_params(blob: bytes | bytearray | memoryview) -> dict[str, np.ndarray[Any, Any]]:
@@ -123,14 +122,12 @@ def save_params(params: Mapping[str, Any]) -> bytes:
     Raises:
         InputError: a value is not an array, or has a dtype the format cannot hold.
     """
-    if not isinstance(params, Mapping):
-        raise InputError(f"params must be a mapping of names to arrays, given "
-                         f"{type(params).__name__}")
+    expect_type(params, Mapping, name="save_params(params)",
+                expected="a mapping of param names (str) to arrays")
     out = [struct.pack("<QQQ", LIST_MAGIC, 0, len(params))]
     arrays = []
     for name, value in params.items():
-        if not isinstance(name, str):
-            raise InputError(f"param names must be str, given {name!r}")
+        expect_type(name, str, name="save_params(params)", expected="param names that are str")
         encoded = name.encode("utf-8")
         out.append(struct.pack("<Q", len(encoded)) + encoded)
         arrays.append((name, to_host(name, value)))
@@ -138,8 +135,8 @@ def save_params(params: Mapping[str, Any]) -> bytes:
     for name, array in arrays:
         dtype = dtype_of(array.dtype.newbyteorder("="))
         if dtype is None:
-            raise InputError(f"param {name!r} has dtype {array.dtype}, which the params format "
-                             "cannot hold")
+            raise InputError(f"param {describe(name)} has dtype {array.dtype}, which the params "
+                             "format cannot hold")
         data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         out.append(struct.pack("<QQiii", ARRAY_MAGIC, 0, CPU, 0, array.ndim))
         out.append(struct.pack(f"<BBH{array.ndim}qq", dtype.code, dtype.bits, 1, *array.shape,
@@ -152,16 +149,20 @@ def to_host(name: str, value: Any) -> np.ndarray[Any, Any]:
     """A param's value as a host numpy array (copied from a device; numpy passes through).
 
     Raises:
+        ArgumentError: text, bytes, None or a mapping instead of an array, naming the param.
         InputError: the value is not an array, naming the param.
 
     Example:
         >>> to_host("w", [1.0, 2.0]).dtype
         dtype('float64')
     """
+    if value is None or isinstance(value, str | bytes | bytearray | Mapping):
+        argument_error(f"param {describe(name)}", "an array (numpy, cupy, anything with "
+                       "__dlpack__, or nested lists of numbers)", value)
     try:
         dev, array = locate(value)
     except InputError as err:
-        raise InputError(f"param {name!r}: {err}") from None
+        raise InputError(f"param {describe(name)}: {err}") from None
     if dev.type_code == CPU:
         return np.asarray(array)
     host = np.empty(array.shape, dtype=array.dtype)

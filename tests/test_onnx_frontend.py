@@ -140,12 +140,17 @@ def test_a_converter_takes_the_model_opset_not_another_versions() -> None:
 
 @pytest.mark.parametrize("model, match", [
     (b"not a model at all", "not an ONNX model|no graph"),
-    (12, "takes a path, bytes or an onnx.ModelProto, given int"),
     ("/nonexistent/model.onnx", "no such file"),
 ])
 def test_what_is_not_a_model_is_a_conversion_error(model: Any, match: str) -> None:
     with pytest.raises(graphrt.ConversionError, match=match):
         graphrt.from_onnx(model)
+
+
+def test_what_is_not_a_path_bytes_or_model_is_an_argument_error() -> None:
+    with pytest.raises(graphrt.ArgumentError, match=r"from_onnx\(model\): expected a path, "
+                       r"bytes or an onnx\.ModelProto, given 12"):
+        graphrt.from_onnx(12)  # type: ignore[arg-type]
 
 
 def test_a_graph_the_checker_refuses_is_a_conversion_error() -> None:

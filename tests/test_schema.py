@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -225,8 +224,8 @@ def test_count_with_too_many_digits(key: str, nid: int, name: str) -> None:
 @pytest.mark.parametrize("source", [123, 1.5, None, ["nodes"]], ids=["int", "float", "None",
                                                                    "list"])
 def test_source_of_wrong_type(source: Any) -> None:
-    with pytest.raises(graphrt.GraphFormatError,
-                       match=r"a graph is JSON text, bytes, a path or a dict, given"):
+    with pytest.raises(graphrt.ArgumentError, match=r"load_graph\(source\): expected a graph as "
+                       r"JSON text, bytes, a path or a dict, given"):
         load_graph(source)
 
 
@@ -648,66 +647,3 @@ def test_nop_and_copy_are_accepted() -> None:
 def test_malformed_builtin(graph: dict[str, Any], match: str) -> None:
     with pytest.raises(graphrt.GraphFormatError, match=match):
         load_graph(graph)
-
-
-# -- fuzzing ---------------------------------------------------------------------------------
-
-REPLACEMENTS: tuple[Any, ...] = (None, -1, "x", [], {}, 10**20, 0, True, "0", [[0, 0, 0]])
-
-
-def _containers(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Paths of every value below the root (dict keys and list indices)."""
-    paths = []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            paths.append((*path, key))
-            paths.extend(_containers(child, (*path, key)))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            paths.append((*path, index))
-            paths.extend(_containers(child, (*path, index)))
-    return paths
-
-
-def _mutate(graph: dict[str, Any], rng: random.Random) -> str:
-    path = rng.choice(_containers(graph))
-    parent: Any = graph
-    for key in path[:-1]:
-        parent = parent[key]
-    key = path[-1]
-    action = rng.choice(["delete", "replace", "replace", "truncate"])
-    if action == "truncate" and isinstance(parent[key], list) and parent[key]:
-        parent[key] = parent[key][: rng.randrange(len(parent[key]))]
-    elif action == "delete":
-        del parent[key]
-    else:
-        action = "replace"
-        parent[key] = copy.deepcopy(rng.choice(REPLACEMENTS))
-    return f"{action} {list(path)}"
-
-
-def test_fuzzed_graphs_load_or_raise_graph_format_error() -> None:
-    rng = random.Random(0)
-    lib = {"add": lambda *args: None, "split": lambda *args: None}
-    outcomes = {"loaded": 0, "refused": 0}
-    for trial in range(200):
-        graph = valid_graph()
-        done = [_mutate(graph, rng) for _ in range(rng.choice([1, 1, 2, 3]))]
-        try:
-            load_graph(graph)
-        except graphrt.GraphFormatError:
-            outcomes["refused"] += 1
-            continue
-        except Exception as err:  # pragma: no cover - the failure message is the point
-            pytest.fail(f"trial {trial} ({'; '.join(done)}): {type(err).__name__}: {err}")
-        outcomes["loaded"] += 1
-        # A graph that loads must also create, or fail with a graphrt error.
-        try:
-            graphrt.create(graph, lib)
-        except graphrt.GraphrtError:
-            pass
-        except Exception as err:  # pragma: no cover
-            pytest.fail(f"trial {trial} ({'; '.join(done)}) loaded but create() raised "
-                        f"{type(err).__name__}: {err}")
-    assert outcomes["refused"] > 100
-    assert outcomes["loaded"] > 0

@@ -31,12 +31,17 @@ import os
 import stat
 import struct
 import zipfile
+import zlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
-from ..errors import BundleError
+from ..errors import BundleError, expect_type
+from ..files import file_kind, open_regular
 from .members import MEMBERS, PARAMS, BundleLimits, check_member_name
 
 __all__ = ["ArchiveReader", "DirectoryReader", "MemberInfo", "ZipReader", "is_zip", "open_archive"]
@@ -44,13 +49,17 @@ __all__ = ["ArchiveReader", "DirectoryReader", "MemberInfo", "ZipReader", "is_zi
 ZIP_MAGIC = b"PK\x03\x04"
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # signature ... name length, extra length
 _CHUNK = 1 << 20
+_READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError,
+                ValueError, NotImplementedError, RuntimeError, struct.error, IndexError, KeyError,
+                OverflowError, UnicodeError, MemoryError)
+"""What reading a corrupt zip (or a file changed underfoot) raises in the standard library:
+a bad header offset (``OSError``), a broken deflate stream (``zlib.error``), an unsupported
+method (``NotImplementedError``), an encrypted member (``RuntimeError``), a short read
+(``EOFError``), a garbled header (``struct.error``, ``ValueError``)."""
 _OPEN_FLAGS = os.O_RDONLY | sum(getattr(os, flag, 0) for flag in (
     "O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
 """How a directory's members are opened: never through a link, never waiting (a FIFO)."""
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-               NotImplementedError, struct.error, IndexError, KeyError, OverflowError,
-               UnicodeError)
-"""What the standard library's zip reader raises on a corrupt file."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,19 @@ class ArchiveReader(ABC):
             raise BundleError(f"members total {total:,} bytes, over the limit of "
                               f"{self.limits.total:,} (BundleLimits.total)")
 
+    def guarded(self, name: str | None, action: Callable[[], T], doing: str = "read") -> T:
+        """Run ``action``, one read of the archive: whatever a corrupt or changing file makes
+        the standard library raise becomes a :class:`BundleError` naming the bundle and the
+        member. Every read of a member goes through here."""
+        try:
+            return action()
+        except _READ_ERRORS as err:
+            what = f"member {name!r} of bundle {self.path}" if name else f"bundle {self.path}"
+            kind = type(err)
+            label = kind.__name__ if kind.__module__ == "builtins" else (
+                f"{kind.__module__}.{kind.__name__}")
+            raise BundleError(f"{what} cannot be {doing}: {label}: {str(err)[:200]}") from None
+
     @abstractmethod
     def _file(self, name: str) -> io.FileIO:
         """The open file holding the member's stored bytes."""
@@ -122,8 +144,13 @@ class ArchiveReader(ABC):
         """The member's content (decompressed), never more than its limit.
 
         Raises:
-            BundleError: the content is shorter or longer than listed, or inflates past it.
+            BundleError: the content is shorter or longer than listed, inflates past it, or
+                cannot be read or inflated at all.
         """
+        doing = "inflated" if self.members[name].compressed else "read"
+        return self.guarded(name, lambda: self._read(name), doing)
+
+    def _read(self, name: str) -> bytes:
         file, info = self._stored(name)
         return self._account(name, _read_at(file, info.offset, info.size))
 
@@ -142,8 +169,11 @@ class ArchiveReader(ABC):
         """SHA-256 (hex) of a stored member, read in 1 MiB chunks (nothing is kept).
 
         Raises:
-            BundleError: the member is shorter than listed.
+            BundleError: the member is shorter than listed, or cannot be read.
         """
+        return self.guarded(name, lambda: self._digest(name))
+
+    def _digest(self, name: str) -> str:
         file, info = self._stored(name)
         file.seek(info.offset)
         hasher = hashlib.sha256()
@@ -162,7 +192,13 @@ class ArchiveReader(ABC):
         """A read-only view of a stored member, backed by an ``mmap`` of its file.
 
         The view (and arrays made from it) keep the mapping alive after :meth:`close`.
+
+        Raises:
+            BundleError: the member is truncated, or cannot be mapped.
         """
+        return self.guarded(name, lambda: self._map(name), "mapped")
+
+    def _map(self, name: str) -> memoryview:
         file, info = self._stored(name)
         if info.size == 0:
             return memoryview(b"")
@@ -196,7 +232,7 @@ class DirectoryReader(ArchiveReader):
         super().__init__(path, limits)
         self._files: dict[str, io.FileIO] = {}
         try:
-            self._list()
+            self.guarded(None, self._list, "listed")
             self._check_complete()
         except BaseException:
             self.close()
@@ -215,8 +251,10 @@ class DirectoryReader(ArchiveReader):
                 raise BundleError(f"member {entry.name[:200]!r} in {self.path} is a symbolic "
                                   "link; bundle members must be regular files")
             name = self._check_known(entry.name)
-            if not entry.is_file(follow_symlinks=False):  # a folder, a FIFO, a device
-                raise BundleError(f"member {name!r} in {self.path} is not a regular file")
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if not stat.S_ISREG(mode):  # a folder, a FIFO, a device
+                raise BundleError(f"member {name!r} in {self.path} is {file_kind(mode)}, not a "
+                                  "regular file")
             file = self._open(name, root)
             size = os.fstat(file.fileno()).st_size
             self._admit(MemberInfo(entry.name, size, compressed=False, offset=0))
@@ -232,8 +270,10 @@ class DirectoryReader(ArchiveReader):
                               "symbolic link is refused)") from None
         file = io.FileIO(fd, "rb")
         self._files[name] = file
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BundleError(f"member {name!r} in {self.path} is not a regular file")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BundleError(f"member {name!r} in {self.path} is {file_kind(mode)}, not a "
+                              "regular file")
         return file
 
     def _file(self, name: str) -> io.FileIO:
@@ -250,21 +290,17 @@ class ZipReader(ArchiveReader):
 
     kind = "zip"
 
-    def __init__(self, path: Path, limits: BundleLimits) -> None:
+    def __init__(self, path: Path, limits: BundleLimits, handle: io.FileIO) -> None:
         super().__init__(path, limits)
-        try:
-            self._handle = io.FileIO(path, "rb")
-        except OSError as err:
-            raise BundleError(f"cannot open bundle file {path}: {err.strerror}") from None
+        self._handle = handle
         self._infos: dict[str, zipfile.ZipInfo] = {}
         try:
             self._size = os.fstat(self._handle.fileno()).st_size
-            try:
-                self._zip = zipfile.ZipFile(self._handle)
-                infos = self._zip.infolist()
-            except _ZIP_ERRORS as err:
-                raise BundleError(f"{path} is not a readable zip file: {err}") from None
-            ranges = sorted(self._admit_zip(info) for info in infos)
+            self._zip = self.guarded(None, lambda: zipfile.ZipFile(self._handle),
+                                     "read as a zip file")
+            infos = self.guarded(None, self._zip.infolist, "read as a zip file")
+            ranges = sorted(self.guarded(info.orig_filename, partial(self._admit_zip, info),
+                                         "listed") for info in infos)
             for (_, end, name), (start, _, other) in itertools.pairwise(ranges):
                 if start < end:
                     raise BundleError(f"members {name!r} and {other!r} overlap in {path}")
@@ -321,22 +357,19 @@ class ZipReader(ArchiveReader):
     def _file(self, name: str) -> io.FileIO:
         return self._handle
 
-    def read(self, name: str) -> bytes:
+    def _read(self, name: str) -> bytes:
         """The member's content, inflating a deflated one at most to its listed size."""
         info = self.members[name]
         if not info.compressed:
-            return super().read(name)
+            return super()._read(name)
         chunks, got = [], 0
-        try:
-            with self._zip.open(self._infos[name]) as stream:
-                while got <= info.size:
-                    chunk = stream.read(min(_CHUNK, info.size + 1 - got))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    got += len(chunk)
-        except _ZIP_ERRORS as err:
-            raise BundleError(f"member {name!r} cannot be inflated: {err}") from None
+        with self._zip.open(self._infos[name]) as stream:
+            while got <= info.size:
+                chunk = stream.read(min(_CHUNK, info.size + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
         return self._account(name, b"".join(chunks))
 
     def close(self) -> None:
@@ -359,12 +392,13 @@ def _read_at(file: io.FileIO, offset: int, count: int) -> bytes:
     return b"".join(chunks)
 
 
-def is_zip(path: Path) -> bool:
-    """Whether ``path`` is a file starting with the zip signature (a single-file bundle)."""
+def is_zip(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file starting with the zip signature (a single-file
+    bundle); never blocks (a FIFO is not one)."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "bundle", BundleError) as handle:
             return handle.read(len(ZIP_MAGIC)) == ZIP_MAGIC
-    except OSError:
+    except (BundleError, OSError):
         return False
 
 
@@ -375,12 +409,21 @@ def open_archive(path: str | os.PathLike[str], limits: BundleLimits | None = Non
     Raises:
         BundleError: no bundle at ``path``, or an unsafe or incomplete member list.
     """
+    expect_type(path, (str, os.PathLike), name="load_bundle(path)",
+                expected="a path (str or os.PathLike) to a bundle directory or file")
+    expect_type(limits, (BundleLimits, type(None)), name="load_bundle(limits)",
+                expected="a graphrt.BundleLimits or None")
     where = Path(path)
     limits = limits or BundleLimits()
     if where.is_dir():
         return DirectoryReader(where, limits)
-    if not where.exists():
+    if not os.path.lexists(where):
         raise BundleError(f"no bundle at {where}: no such file or directory")
-    if not is_zip(where):
-        raise BundleError(f"{where} is not a bundle: neither a directory nor a zip file")
-    return ZipReader(where, limits)
+    handle = open_regular(where, "bundle", BundleError)
+    try:
+        if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            raise BundleError(f"{where} is not a bundle: neither a directory nor a zip file")
+    except BaseException:
+        handle.close()
+        raise
+    return ZipReader(where, limits, handle)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from ..errors import BundleError
+from ..errors import BundleError, describe
 from ..schema import BUILTINS, Graph
 from .manifest import Manifest, TensorSpec, shape_of
 from .members import MANIFEST, PARAMS
@@ -61,8 +61,13 @@ def external_kernels(graph: Graph, defined: Collection[str]) -> list[str]:
     return sorted(used - set(BUILTINS) - set(defined))
 
 
+def _cut(name: str, limit: int = 80) -> str:
+    """A tensor name as is, or cut when long (names come from the bundle)."""
+    return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} chars)"
+
+
 def _describe(specs: Sequence[TensorSpec]) -> str:
-    shown = ", ".join(f"{s.name} {s.dtype}{s.shape}" for s in specs[:10])
+    shown = ", ".join(f"{_cut(s.name)} {s.dtype}{s.shape}" for s in specs[:10])
     return (shown + (f" and {len(specs) - 10} more" if len(specs) > 10 else "")) or "none"
 
 
@@ -80,9 +85,9 @@ def check_interface(manifest: Manifest, graph: Graph, where: str) -> None:
             continue
         for spec, real in zip(listed, actual, strict=False):
             if spec != real:
-                raise BundleError(f"{MANIFEST}: {kind} {spec.name!r} is listed as "
+                raise BundleError(f"{MANIFEST}: {kind} {describe(spec.name)} is listed as "
                                   f"{spec.dtype}{spec.shape}, but {where} has "
-                                  f"{real.name!r} {real.dtype}{real.shape} there")
+                                  f"{describe(real.name)} {real.dtype}{real.shape} there")
         raise BundleError(f"{MANIFEST} lists {kind}s {_describe(listed)}, but {where} has "
                           f"{_describe(actual)}")
 
@@ -101,13 +106,14 @@ def check_params_fit(graph: Graph, params: Mapping[str, tuple[Sequence[int], str
     inputs = {graph.nodes[nid].name: graph.nodes[nid].outputs[0] for nid in graph.arg_nodes}
     for name, (shape, dtype) in params.items():
         if name not in inputs:
-            listed = ", ".join(list(inputs)[:20]) + (" ..." if len(inputs) > 20 else "")
-            raise BundleError(f"{where}: param {name[:100]!r} is not an input of the graph (its "
+            listed = ", ".join(describe(i) for i in list(inputs)[:20]) + (
+                " ..." if len(inputs) > 20 else "")
+            raise BundleError(f"{where}: param {describe(name)} is not an input of the graph (its "
                               f"inputs are: {listed or 'none'})")
         spec = tensor_spec(graph, name, inputs[name])
         if list(shape) != spec.shape or dtype != spec.dtype:
-            raise BundleError(f"{where}: param {name!r} is {dtype}{list(shape)}, but the graph's "
-                              f"input {name!r} is {spec.dtype}{spec.shape}")
+            raise BundleError(f"{where}: param {describe(name)} is {dtype}{list(shape)}, but the "
+                              f"graph's input {describe(name)} is {spec.dtype}{spec.shape}")
 
 
 def check_params_listed(manifest: Manifest, stored: Collection[str]) -> None:
@@ -119,11 +125,12 @@ def check_params_listed(manifest: Manifest, stored: Collection[str]) -> None:
     listed = {spec.name for spec in manifest.params}
     missing, unlisted = sorted(listed - set(stored)), sorted(set(stored) - listed)
     if missing:
-        raise BundleError(f"member {PARAMS!r} lacks param {missing[0]!r}, which {MANIFEST} "
+        raise BundleError(f"member {PARAMS!r} lacks param {describe(missing[0])}, which {MANIFEST} "
                           "lists")
     if unlisted:
-        raise BundleError(f"member {PARAMS!r} holds params {unlisted[:10]} that {MANIFEST} "
-                          "does not list")
+        shown = ", ".join(map(describe, unlisted[:10]))
+        raise BundleError(f"member {PARAMS!r} holds params [{shown}] that {MANIFEST} does not "
+                          "list")
 
 
 def check_external_kernels(manifest: Manifest, graph: Graph, defined: Collection[str]) -> None:
@@ -137,7 +144,8 @@ def check_external_kernels(manifest: Manifest, graph: Graph, defined: Collection
     if sorted(manifest.external_kernels) != expected:
         unlisted = sorted(set(expected) - set(manifest.external_kernels))
         if unlisted:
-            raise BundleError(f"graph.json uses func_name {unlisted[0]!r}, which lib.json does not "
-                              f"define and {MANIFEST} does not list in external_kernels")
+            raise BundleError(f"graph.json uses func_name {describe(unlisted[0])}, which lib.json "
+                              f"does not define and {MANIFEST} does not list in "
+                              "external_kernels")
         raise BundleError(f"{MANIFEST} lists external_kernels {manifest.external_kernels}, but "
                           f"the graph needs {expected} beyond lib.json")

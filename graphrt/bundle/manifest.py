@@ -30,7 +30,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..errors import BundleError
+from ..errors import BundleError, describe
 from ..jsondoc import describe_validation_error, read_json
 from ..schema import Entry, parse_dtype
 from .members import MANIFEST, check_member_name
@@ -54,7 +54,13 @@ _INT_LIST = re.compile(r"\[\n\s*(-?\d+(?:,\n\s*-?\d+)*)\n\s*\]")
 """A list of integers as ``json.dumps(indent=2)`` spreads it over lines (never in a string,
 which holds no raw newline)."""
 
-Shape = list[Annotated[StrictInt, Field(ge=0)] | StrictStr]
+_VERSION = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})", re.ASCII)
+"""``MAJOR.MINOR`` in ASCII digits only (``int()`` and ``str.isdigit`` accept any Unicode digit)."""
+
+Count = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
+"""A size or dimension: a non-negative int of 64 bits."""
+
+Shape = list[Count | StrictStr]
 """A tensor shape in the manifest: a list of non-negative ints (``[]`` is a scalar)."""
 
 
@@ -90,7 +96,7 @@ class TensorSpec(_Strict):
 class MemberDigest(_Strict):
     """A member's size in bytes and the SHA-256 of its content (lowercase hex)."""
 
-    size: Annotated[StrictInt, Field(ge=0)]
+    size: Count
     sha256: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -113,13 +119,13 @@ class Manifest(_Strict):
     """
 
     format: Literal["graphrt.bundle"]
-    format_version: Annotated[StrictStr, Field(pattern=r"^\d{1,4}\.\d{1,4}$")]
+    format_version: Annotated[StrictStr, Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}$")]
     graphrt_version: StrictStr
     members: dict[StrictStr, MemberDigest]
     inputs: list[TensorSpec]
     params: list[TensorSpec]
     outputs: list[TensorSpec]
-    device_types: list[Annotated[StrictInt, Field(ge=1)]]
+    device_types: list[Annotated[StrictInt, Field(ge=1, le=2**31 - 1)]]
     external_kernels: list[StrictStr]
     metadata: dict[StrictStr, JsonValue]
 
@@ -135,17 +141,18 @@ class Manifest(_Strict):
 def _version(data: dict[str, Any]) -> tuple[int, int]:
     """Check the format and version keys first, so an old graphrt says why it cannot read."""
     if data.get("format") != FORMAT:
-        raise BundleError(f"{MANIFEST}: 'format' is {str(data.get('format'))[:60]!r}, expected "
-                          f"{FORMAT!r}; this is not a graphrt bundle")
+        raise BundleError(f"{MANIFEST}: 'format' is {describe(data.get('format'), 60)}, "
+                          f"expected {FORMAT!r}; this is not a graphrt bundle")
     version = data.get("format_version")
-    major, dot, minor = str(version).partition(".")
-    if not (isinstance(version, str) and dot and major.isdigit() and minor.isdigit()):
-        raise BundleError(f"{MANIFEST}: 'format_version' is {str(version)[:30]!r}, expected "
-                          "'MAJOR.MINOR'")
-    if int(major) != FORMAT_MAJOR:
+    match = _VERSION.fullmatch(version) if isinstance(version, str) else None
+    if match is None:
+        raise BundleError(f"{MANIFEST}: 'format_version' is {describe(version, 30)}, expected "
+                          "'MAJOR.MINOR' (ASCII digits, at most 4 each)")
+    major, minor = int(match[1]), int(match[2])
+    if major != FORMAT_MAJOR:
         raise BundleError(f"{MANIFEST}: bundle format version {version} is not supported; this "
                           f"graphrt reads format {FORMAT_MAJOR}.x (it writes {FORMAT_VERSION})")
-    return int(major), int(minor)
+    return major, minor
 
 
 def parse_manifest(raw: bytes) -> Manifest:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
-from ..errors import BundleError
+from ..errors import BundleError, argument_error, describe
 
 __all__ = [
     "GRAPH",
@@ -61,9 +61,11 @@ class BundleLimits:
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, int) or isinstance(value, bool):
+                argument_error(f"BundleLimits.{field.name}", "a non-negative int (bytes)", value)
+            if value < 0:
                 raise ValueError(f"BundleLimits.{field.name} must be a non-negative int, "
-                                 f"given {value!r}")
+                                 f"given {describe(value)}")
 
     def for_member(self, name: str) -> int:
         """The limit of one member (``graph.json`` → ``graph``)."""
@@ -80,7 +82,7 @@ def check_member_name(name: str, what: str) -> str:
     Raises:
         BundleError: ``{what} {name!r} ...`` saying what is wrong.
     """
-    shown = f"{what} {name[:200]!r}"
+    shown = f"{what} {describe(name, 200)}"
     if not name:
         raise BundleError(f"{what} has an empty name")
     if "\\" in name:

@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import BundleError
-from ..schema import DType, dtype_of, parse_dtype
+from ..errors import BundleError, describe
+from ..schema import DType, dtype_of, parse_dtype, shape_problem
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -49,7 +49,7 @@ MAX_HEADER_BYTES = 100 * 1000 * 1000
 DATA_ALIGNMENT = 64
 """The writer pads the header so the data starts at a multiple of this many bytes."""
 
-_MAX_NDIM = 64
+_MAX_DIGITS = 20
 _CODES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
           "F16": "float16", "BF16": "bfloat16", "U32": "uint32", "I32": "int32",
           "F32": "float32", "U64": "uint64", "I64": "int64", "F64": "float64"}
@@ -96,12 +96,20 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def _header_int(text: str) -> int:
+    """An integer of the header: 64-bit values have at most 20 digits (a longer one is refused
+    before Python converts it)."""
+    if len(text.lstrip("-")) > _MAX_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
 def _decode_header(raw: bytes, where: str) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
         if not text.startswith("{"):
             raise ValueError("it does not start with '{'")
-        header = json.loads(text, object_pairs_hook=_no_duplicates)
+        header = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_header_int)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise BundleError(f"{where}: the header is not valid JSON: {err}") from None
     if not isinstance(header, dict):
@@ -117,7 +125,7 @@ def _check_metadata(value: object, where: str) -> dict[str, str]:
 
 
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _tensor_info(name: str, value: object, base: int, where: str) -> TensorInfo:
@@ -126,17 +134,18 @@ def _tensor_info(name: str, value: object, base: int, where: str) -> TensorInfo:
         raise BundleError(f"{label} must have exactly 'dtype', 'shape' and 'data_offsets'")
     code, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
     if not isinstance(code, str) or code not in _CODES:
-        raise BundleError(f"{label} has dtype {str(code)[:20]!r}, which graphrt does not "
+        raise BundleError(f"{label} has dtype {describe(code, 20)}, which graphrt does not "
                           f"support (supported: {', '.join(_CODES)})")
-    if (not isinstance(shape, list) or len(shape) > _MAX_NDIM
-            or not all(_is_count(dim) for dim in shape)):
-        raise BundleError(f"{label} has shape {str(shape)[:60]}, which is not a list of at most "
-                          f"{_MAX_NDIM} non-negative integers")
+    if not isinstance(shape, list):
+        raise BundleError(f"{label} has shape {describe(shape, 60)}, which is not a list")
+    dtype = parse_dtype(_CODES[code])
+    problem = shape_problem(shape, dtype.itemsize)
+    if problem is not None:
+        raise BundleError(f"{label} has shape {describe(shape, 60)}: {problem}")
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets))
             or offsets[0] > offsets[1]):
-        raise BundleError(f"{label} has data_offsets {str(offsets)[:60]}, which are not "
-                          "[begin, end] with 0 <= begin <= end")
-    dtype = parse_dtype(_CODES[code])
+        raise BundleError(f"{label} has data_offsets {describe(offsets, 60)}, which are not "
+                          "[begin, end] with 0 <= begin <= end < 2**63")
     nbytes = prod(shape) * dtype.itemsize
     if offsets[1] - offsets[0] != nbytes:
         raise BundleError(f"{label} is {dtype}{shape}, which is {nbytes} bytes, but its "

@@ -13,7 +13,8 @@ import orjson
 from pydantic import ValidationError
 
 from .._version import __version__
-from ..errors import BundleError
+from ..errors import BundleError, describe, expect_type
+from ..files import read_regular
 from ..jsondoc import describe_validation_error, read_source
 from ..lib import Library, LibrarySource, LibrarySpec, as_library
 from ..params import LIST_MAGIC, iter_params, to_host
@@ -53,7 +54,7 @@ def _graph_bytes(graph: GraphDocument) -> bytes:
         return orjson.dumps(graph)
     if isinstance(graph, bytes | bytearray):
         return bytes(graph)
-    raw = read_source(graph, "graph", BundleError)
+    raw = read_source(graph, "graph", BundleError, name="save_bundle(graph)")
     if isinstance(raw, dict):
         return orjson.dumps(raw)
     return raw.encode("utf-8") if isinstance(raw, str) else raw
@@ -64,6 +65,8 @@ def _library(lib: LibDocument) -> Library:
         return Library()
     if isinstance(lib, str | bytes | os.PathLike):
         return Library.from_json(lib)
+    expect_type(lib, (Library, Mapping), name="save_bundle(lib)",
+                expected="a graphrt.Library, a mapping of kernels, a lib JSON document or None")
     return as_library(lib)
 
 
@@ -77,14 +80,10 @@ def _lib_bytes(library: Library, graph: Graph) -> tuple[bytes, list[str]]:
 
 
 def _read_params_file(path: str | os.PathLike[str]) -> dict[str, Array]:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise BundleError(f"cannot read params file {str(path)[:200]!r}: {err.strerror}"
-                          ) from None
+    data = read_regular(path, "params", BundleError)
     if data[:8] == LIST_MAGIC.to_bytes(8, "little"):
         return dict(iter_params(data))
-    return read_safetensors(memoryview(data), f"params file {str(path)[:200]!r}")
+    return read_safetensors(memoryview(data), f"params file {describe(os.fspath(path), 200)}")
 
 
 def _params(params: ParamsSource) -> dict[str, Array]:
@@ -95,12 +94,10 @@ def _params(params: ParamsSource) -> dict[str, Array]:
         return dict(iter_params(params))
     if isinstance(params, str | os.PathLike):
         return _read_params_file(params)
-    if not isinstance(params, Mapping):
-        raise BundleError(f"params must be a mapping of names to arrays, a TVM params blob or "
-                          f"a path, given {type(params).__name__}")
+    expect_type(params, Mapping, name="save_bundle(params)", expected="a mapping of names to "
+                "arrays, a TVM params blob, a path or None")
     for name in params:
-        if not isinstance(name, str):
-            raise BundleError(f"param names must be str, given {name!r}")
+        expect_type(name, str, name="save_bundle(params)", expected="param names that are str")
     return {name: to_host(name, value) for name, value in params.items()}
 
 
@@ -126,6 +123,8 @@ def _manifest(graph: Graph, tensors: Mapping[str, Array], external: list[str],
 
 
 def _archive_kind(target: Path, archive: ArchiveKind | None) -> ArchiveKind:
+    expect_type(archive, (str, type(None)), name="save_bundle(archive)",
+                expected="'directory', 'zip' or None")
     if archive is None:
         return "zip" if target.suffix.lower() in _ZIP_SUFFIXES else "directory"
     if archive not in ("directory", "zip"):
@@ -171,6 +170,9 @@ def save_bundle(path: str | os.PathLike[str], graph: GraphDocument, lib: LibDocu
         ...                     metadata={"model": "mlp"})
         PosixPath('mlp.grb')
     """
+    expect_type(path, (str, os.PathLike), name="save_bundle(path)",
+                expected="a path (str or os.PathLike)")
+    expect_type(overwrite, bool, name="save_bundle(overwrite)", expected="a bool")
     target = Path(path)
     kind = _archive_kind(target, archive)
     parts = prepare_bundle(graph, lib, params, metadata)
@@ -197,6 +199,8 @@ def prepare_bundle(graph: GraphDocument, lib: LibDocument = None, params: Params
     Raises:
         GraphFormatError, BundleError: as :func:`save_bundle`.
     """
+    expect_type(metadata, (Mapping, type(None)), name="save_bundle(metadata)",
+                expected="a mapping (a JSON object) or None")
     graph_bytes = _graph_bytes(graph)
     built = load_graph(graph_bytes)
     library = _library(lib)

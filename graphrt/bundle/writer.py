@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from ..errors import BundleError
+from ..files import open_regular
 from .manifest import MemberDigest
 from .members import MANIFEST, PARAMS
 from .safetensors import BinaryWriter
@@ -132,7 +133,14 @@ def _write_zip(path: Path, members: Sequence[tuple[str, Content]],
 
 
 def _is_bundle(path: Path) -> bool:
-    return (path / MANIFEST).is_file() if path.is_dir() else zipfile.is_zipfile(path)
+    """Whether ``path`` holds a bundle (a FIFO or a device, opened without blocking, does not)."""
+    if path.is_dir():
+        return (path / MANIFEST).is_file()
+    try:
+        with open_regular(path, "bundle", BundleError) as handle:
+            return zipfile.is_zipfile(handle)
+    except BundleError:
+        return False
 
 
 def _move_into_place(built: Path, target: Path, overwrite: bool) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from statistics import median
@@ -26,6 +27,7 @@ import numpy as np
 
 from ..executor import GraphModule
 from ..executor.benchmark import BenchmarkResult
+from .common import parse_count
 from .prepare import add_bundle_arguments, prepare
 from .summary import columns
 
@@ -94,21 +96,19 @@ def host_overhead(module: GraphModule, repeat: int) -> float:
     return max(0.0, median(per_run)) / 1e6
 
 
+_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12}", re.ASCII)
+"""A number of milliseconds in ASCII digits (``float()`` takes any Unicode digit, "inf", "1_0")."""
+
+
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
+    value = parse_count(text)
+    if not value:
         raise argparse.ArgumentTypeError(f"must be a positive integer, given {text!r}")
     return value
 
 
 def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
+    value = float(text) if _DECIMAL.fullmatch(text) else -1.0
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds >= 0, "
                                          f"given {text!r}")

@@ -19,16 +19,19 @@ Example:
 from __future__ import annotations
 
 import argparse
+import struct
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..bundle import load_bundle, save_bundle
-from ..errors import BundleError
-from .common import pairs_to_dict
+from ..errors import BundleError, describe
+from ..files import open_regular
+from .common import pairs_to_dict, read_npy_stream
 from .summary import bundle_lines, external_kernels_note
 
 __all__ = ["bundle_command", "configure", "metadata_argument", "read_params"]
@@ -55,7 +58,8 @@ def read_params(path: str | None) -> Path | dict[str, Array] | None:
     ``.npz`` archive by name.
 
     Raises:
-        BundleError: a ``.npz`` file that cannot be read, or holds pickled objects.
+        BundleError: a ``.npz`` file that cannot be read (a FIFO, a device, a corrupt zip), or
+            whose arrays hold pickled objects or claim more data than they have.
 
     Example:
         >>> read_params("weights.safetensors")
@@ -66,16 +70,28 @@ def read_params(path: str | None) -> Path | dict[str, Array] | None:
     where = Path(path)
     if where.suffix.lower() != ".npz":
         return where
-    try:
-        loaded = np.load(where, allow_pickle=False)
-        if isinstance(loaded, np.ndarray):
-            raise BundleError(f"cannot read params file {path!r}: it is one .npy array, not a "
-                              ".npz archive of named arrays")
-        with loaded as archive:
-            return {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise BundleError(f"cannot read params file {path!r} as a .npz archive: {err}"
-                          ) from None
+    with open_regular(where, "params", BundleError) as file:
+        if not zipfile.is_zipfile(file):
+            raise BundleError(f"cannot read params file {describe(path)}: it is not a .npz "
+                              "archive of named arrays (a .npy array is one unnamed array)")
+        try:
+            with zipfile.ZipFile(file) as archive:
+                return {info.filename.removesuffix(".npy"): _npz_member(archive, info, path)
+                        for info in archive.infolist()}
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError,
+                ValueError, NotImplementedError, RuntimeError, struct.error) as err:
+            raise BundleError(f"cannot read params file {describe(path)} as a .npz archive: "
+                              f"{str(err)[:200]}") from None
+
+
+def _npz_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str) -> Array:
+    """One array of a ``.npz`` archive, read as :func:`~graphrt.cli.common.read_npy_stream`
+    reads any ``.npy`` (checked before its data is inflated)."""
+    prefix = f"cannot read params file {describe(path)}, array {describe(info.filename)}"
+    if not info.filename.endswith(".npy"):
+        raise BundleError(f"{prefix}: a .npz archive holds only .npy members")
+    with archive.open(info) as stream:
+        return read_npy_stream(stream, info.file_size, prefix, BundleError)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -18,19 +18,27 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from math import prod
 from pathlib import Path
-from typing import Any
+from tokenize import TokenError
+from typing import IO, Any
+
+import numpy as np
+from numpy.lib import format as npy_format
 
 from ..bundle import MANIFEST, MEMBERS, Bundle, is_zip, load_bundle
-from ..devices import CPU, SIM, Device, cpu, parse_device_map
-from ..devices.base import KIND_CODES, host_memory_bytes
-from ..errors import BundleError, DeviceError
+from ..devices import CPU, SIM, Device, cpu, host_memory_limit, parse_device_map
+from ..devices.base import KIND_CODES
+from ..errors import BundleError, DeviceError, GraphrtError, InputError, describe
 from ..executor import compile_graph, scratch_needs
+from ..files import open_regular
 from ..lib import Library
-from ..schema import Graph, load_graph
+from ..schema import Graph, load_graph, shape_problem
 from ..storage import StoragePlan, check_capacity, plan_storage, with_scratch
 
 __all__ = [
@@ -49,19 +57,109 @@ __all__ = [
     "lowering_on_host",
     "open_bundle",
     "pairs_to_dict",
+    "parse_count",
     "parse_device",
     "parse_devices",
     "placement_of",
     "plan_source",
+    "read_npy",
+    "read_npy_stream",
 ]
 
 DEFAULT_DEVICES = ("cpu",)
+_COUNT = re.compile(r"[0-9]{1,18}", re.ASCII)
+"""A count typed on the command line: ASCII digits only (``int()`` also takes Arabic-Indic and
+full-width digits, ``" 3"`` and ``"1_0"``), small enough for any size."""
+_ZIP_MAGIC = b"PK\x03\x04"
+Array = np.ndarray[Any, Any]
 
 
 class UsageError(Exception):
     """A command line that cannot mean anything; ``main`` prints it with the command's usage
     and exits with status 2 (it is not a :class:`graphrt.GraphrtError`: nothing was wrong
     with the graph, the bundle or the devices)."""
+
+
+# --- numbers and arrays ----------------------------------------------------------------------
+
+
+def parse_count(text: str) -> int | None:
+    """A non-negative integer written in ASCII digits (at most 18), or None.
+
+    Example:
+        >>> parse_count("12"), parse_count("١٢"), parse_count("-1"), parse_count("9" * 40)
+        (12, None, None, None)
+    """
+    return int(text) if _COUNT.fullmatch(text) else None
+
+
+def read_npy(path: str, label: str) -> Array:
+    """One ``.npy`` array from a regular file, checked before any data is read.
+
+    Raises:
+        InputError: a FIFO or device, an unreadable or malformed file, an object (pickle)
+            dtype, a shape numpy cannot hold, or a size that does not match the header;
+            the message starts with ``label`` and names the file.
+
+    Example:
+        >>> read_npy("x.npy", "--input x").shape  # doctest: +SKIP
+        (8, 64)
+    """
+    shown = describe(path, 200)
+    with open_regular(path, ".npy", InputError, prefix=f"{label}: cannot read {shown}") as file:
+        if file.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC:
+            raise InputError(f"{label}: {shown} is an .npz archive; give one .npy array per "
+                             "input")
+        file.seek(0)
+        size = os.fstat(file.fileno()).st_size
+        return read_npy_stream(file, size, f"{label}: cannot read {shown}", InputError)
+
+
+def read_npy_stream(stream: IO[bytes], size: int, prefix: str,
+                    error: type[GraphrtError]) -> Array:
+    """One ``.npy`` array of ``size`` bytes from ``stream`` (a file, a ``.npz`` member).
+
+    The header is read with numpy's own parser (no pickle, no code), then its dtype (no
+    object), its shape (:func:`graphrt.schema.shape_problem`) and the byte count it promises
+    are checked against ``size`` before the data is read, so a tiny file claiming a huge
+    shape allocates nothing.
+
+    Raises:
+        error: ``"<prefix>: ..."`` saying what is wrong.
+    """
+    try:
+        version = npy_format.read_magic(stream)
+        if version == (1, 0):
+            header = npy_format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            header = npy_format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f".npy format version {version} is not supported (1.0 or 2.0)")
+        shape, fortran, dtype = header
+        data_start = stream.tell()
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, TokenError) as err:
+        # numpy's legacy header filter tokenizes the header: a cut one is a TokenError
+        raise error(f"{prefix}: not a .npy array ({str(err)[:200]})") from None
+    if dtype.hasobject:
+        raise error(f"{prefix}: it holds Python objects (dtype "
+                    f"{describe(str(dtype))}), which would need pickle; only plain arrays are "
+                    "read")
+    problem = shape_problem(shape, dtype.itemsize)
+    if problem is not None:
+        raise error(f"{prefix}: {problem}")
+    nbytes = prod(shape) * dtype.itemsize
+    if size - data_start != nbytes:
+        raise error(f"{prefix}: it holds {max(size - data_start, 0):,} bytes of "
+                    f"data but its header promises {nbytes:,} ({dtype}{list(shape)})")
+    buffer = bytearray(nbytes)
+    try:
+        count = stream.readinto(buffer) if nbytes else 0  # type: ignore[attr-defined]
+    except (OSError, ValueError, EOFError) as err:
+        raise error(f"{prefix}: {str(err)[:200]}") from None
+    if count != nbytes:
+        raise error(f"{prefix}: truncated, {count:,} of {nbytes:,} bytes of data")
+    array = np.frombuffer(buffer, dtype=dtype)
+    return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
 
 
 # --- devices ---------------------------------------------------------------------------------
@@ -85,10 +183,11 @@ def parse_device(text: str, option: str = "--device") -> Device:
     if kind not in KIND_CODES:
         raise DeviceError(f"unknown device kind {kind!r} in {option} {text!r} "
                           f"(known: {', '.join(KIND_CODES)}; written KIND or KIND:N)")
-    if colon and not (ordinal.isascii() and ordinal.isdigit()):
-        raise DeviceError(f"device ordinal in {option} {text!r} must be a non-negative "
+    number = parse_count(ordinal) if colon else 0
+    if number is None:
+        raise DeviceError(f"device ordinal in {option} {describe(text)} must be a non-negative "
                           f"integer (written KIND or KIND:N, e.g. {kind}:0)")
-    return Device(KIND_CODES[kind], int(ordinal or 0))
+    return Device(KIND_CODES[kind], number)
 
 
 def parse_devices(texts: Sequence[str] | None) -> tuple[Device, ...]:
@@ -129,7 +228,8 @@ def device_map_argument(text: str) -> tuple[int, Device]:
     if not (kind and equals and target.strip()):
         raise argparse.ArgumentTypeError(f"expected KIND=DEVICE (e.g. cuda=sim:0), given "
                                          f"{text!r}")
-    key: str | int = int(kind) if kind.isascii() and kind.isdigit() else kind
+    code = parse_count(kind)
+    key: str | int = kind if code is None else code
     try:
         ((code, dev),) = parse_device_map({key: parse_device(target, "--device-map")}).items()
     except DeviceError as err:
@@ -213,13 +313,14 @@ def placement_of(args: argparse.Namespace) -> Placement:
 
 
 def host_capacity(devices: Sequence[Device]) -> dict[Device, int | None]:
-    """What host-memory devices can hold; other devices are not asked (they may be absent).
+    """What host-memory devices can hold (what this process may still allocate); other devices
+    are not asked (they may be absent).
 
     Example:
         >>> list(host_capacity([cpu(0), Device(2, 0)]))
         [graphrt.device('cpu:0')]
     """
-    host = host_memory_bytes()
+    host = host_memory_limit()
     return {dev: host for dev in devices if dev.type_code in (CPU, SIM)}
 
 

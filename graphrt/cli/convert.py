@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from ..bundle import load_bundle
-from .common import UsageError, pairs_to_dict
+from .common import UsageError, pairs_to_dict, parse_count
 from .summary import bundle_lines, columns
 
 __all__ = ["configure", "convert_command"]
@@ -25,10 +25,11 @@ __all__ = ["configure", "convert_command"]
 
 def _dim_bound(text: str) -> tuple[str, int]:
     name, equals, value = text.partition("=")
-    if not (name.strip() and equals and value.strip().isdigit() and int(value) > 0):
+    size = parse_count(value.strip())
+    if not (name.strip() and equals and size):
         raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a positive integer), given "
                                          f"{text!r}")
-    return name.strip(), int(value)
+    return name.strip(), size
 
 
 def _placement(text: str) -> tuple[str, str]:

@@ -25,7 +25,14 @@ from ..errors import InputError
 from ..executor import GraphModule
 from ..schema import parse_dtype
 from ..schema.dtypes import BFLOAT, FLOAT
-from .common import add_placement_options, open_bundle, pairs_to_dict, placement_of
+from .common import (
+    add_placement_options,
+    open_bundle,
+    pairs_to_dict,
+    parse_count,
+    placement_of,
+    read_npy,
+)
 
 __all__ = [
     "Prepared",
@@ -34,6 +41,7 @@ __all__ = [
     "prepare",
     "random_input",
     "read_inputs",
+    "seed_argument",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -52,6 +60,19 @@ def input_argument(text: str) -> tuple[str, str]:
     return name, path
 
 
+def seed_argument(text: str) -> int:
+    """argparse type of ``--seed``: a non-negative integer in ASCII digits.
+
+    Example:
+        >>> seed_argument("7")
+        7
+    """
+    value = parse_count(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, given {text!r}")
+    return value
+
+
 def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``BUNDLE``, the placement options, ``--input NAME=FILE.npy`` and ``--seed``."""
     parser.add_argument("bundle", metavar="BUNDLE", help="bundle directory or single file")
@@ -60,7 +81,7 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
                         type=input_argument, metavar="NAME=FILE.npy",
                         help="set an input from a .npy file; repeat for several (inputs not "
                              "given are random)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=seed_argument, default=0,
                         help="seed of the random inputs (default: 0)")
 
 
@@ -68,21 +89,10 @@ def read_inputs(files: Mapping[str, str]) -> dict[str, Array]:
     """The arrays of ``--input`` options, by name (never unpickling anything).
 
     Raises:
-        InputError: a file that is not a ``.npy`` array.
+        InputError: a file that is not a regular file holding one plain ``.npy`` array whose
+            header matches its size (see :func:`~graphrt.cli.common.read_npy`).
     """
-    arrays: dict[str, Array] = {}
-    for name, path in files.items():
-        try:
-            loaded = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as err:
-            raise InputError(f"--input {name}: cannot read {path!r} as a .npy array: {err}"
-                             ) from None
-        if not isinstance(loaded, np.ndarray):
-            loaded.close()
-            raise InputError(f"--input {name}: {path!r} is an .npz archive; give one .npy "
-                             "array per input")
-        arrays[name] = loaded
-    return arrays
+    return {name: read_npy(path, f"--input {name}") for name, path in files.items()}
 
 
 def random_input(spec: TensorSpec, rng: np.random.Generator,

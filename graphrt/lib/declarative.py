@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import GraphFormatError
+from ..errors import GraphFormatError, describe
 from ..jsondoc import describe_validation_error, read_json
 from .fusion import compile_run, elementwise_runs, kernel_source
 from .lowering import LoweredCall, Lowering
@@ -86,7 +86,7 @@ class LibrarySpec(_Model):
 
 
 def _fail(func: str, where: str, problem: str) -> GraphFormatError:
-    return GraphFormatError(f"lib function {func!r}{where}: {problem}")
+    return GraphFormatError(f"lib function {describe(func)}{where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -116,11 +116,11 @@ class FusedFunction:
         defined = set()
         for arg in spec.inputs:
             if arg in defined:
-                raise _fail(name, "", f"input {arg!r} is listed twice")
+                raise _fail(name, "", f"input {describe(arg)} is listed twice")
             defined.add(arg)
         steps = []
         for index, step in enumerate(spec.body):
-            label = f" step {index} (op {step.op!r})"
+            label = f" step {index} (op {describe(step.op)})"
             try:
                 op = get_op(step.op)
             except OpError as err:
@@ -141,16 +141,17 @@ class FusedFunction:
                             f"{len(step.outputs)} names")
             for arg in step.inputs:
                 if arg not in defined:
-                    raise _fail(name, label, f"reads {arg!r} before anything defines it")
+                    raise _fail(name, label,
+                                f"reads {describe(arg)} before anything defines it")
             for out in step.outputs:
                 if out in defined:
-                    raise _fail(name, label, f"writes {out!r}, which is already defined (each "
-                                "name is assigned once)")
+                    raise _fail(name, label, f"writes {describe(out)}, which is already defined "
+                                "(each name is assigned once)")
                 defined.add(out)
             steps.append(_Step(op, attrs, tuple(step.inputs), tuple(step.outputs), label))
         for out in spec.outputs:
             if out not in defined or out in spec.inputs:
-                raise _fail(name, "", f"output {out!r} is never written by a step")
+                raise _fail(name, "", f"output {describe(out)} is never written by a step")
         self.steps = tuple(steps)
         self.shape_function = ShapeFunction(self._output_shapes, self._data_dependence())
 
@@ -163,9 +164,10 @@ class FusedFunction:
                 if not needed:
                     continue
                 if arg not in flags:
-                    raise _fail(self.name, step.label, f"needs the values of {arg!r} on the host "
-                                "to know its output shape, but only a function input's values "
-                                "can be read there; make it an input of the function")
+                    raise _fail(self.name, step.label,
+                                f"needs the values of {describe(arg)} on the host to know its "
+                                "output shape, but only a function input's values can be read "
+                                "there; make it an input of the function")
                 flags[arg] = True
         return tuple(flags[arg] for arg in self.spec.inputs)
 
@@ -206,7 +208,7 @@ class FusedFunction:
         types = self._types((*inputs, *outputs), where)
         for out, expected in zip(spec.outputs, outputs, strict=True):
             if types[out] != expected:
-                raise _fail(self.name, f" at {where}", f"output {out!r} is "
+                raise _fail(self.name, f" at {where}", f"output {describe(out)} is "
                             f"{_show(types[out])} but the graph's entry is {_show(expected)}")
         calls = self._calls(types, fuse=fuse, xp=xp)
         slots = {arg: i for i, arg in enumerate((*spec.inputs, *spec.outputs))}

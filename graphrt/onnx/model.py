@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConversionError
+from ..errors import ConversionError, argument_error, describe
+from ..files import read_regular
 
 __all__ = [
     "MAX_OPSET",
@@ -196,12 +197,11 @@ def _read(model: Any) -> tuple[Any, bytes, str]:
         raw, source = bytes(model), "<bytes>"
     elif isinstance(model, str | os.PathLike):
         path = Path(model)
-        if not path.is_file():
-            raise ConversionError(f"ONNX model {str(model)[:200]!r}: no such file")
-        raw, source = path.read_bytes(), str(path)
+        if not os.path.lexists(path):
+            raise ConversionError(f"ONNX model {describe(os.fspath(model), 200)}: no such file")
+        raw, source = read_regular(path, "ONNX model", ConversionError), str(path)
     else:
-        raise ConversionError("from_onnx() takes a path, bytes or an onnx.ModelProto, given "
-                              f"{type(model).__name__}")
+        argument_error("from_onnx(model)", "a path, bytes or an onnx.ModelProto", model)
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(raw)
@@ -210,9 +210,9 @@ def _read(model: Any) -> tuple[Any, bytes, str]:
     if isinstance(model, str | os.PathLike):
         try:  # tensors stored beside the model file
             onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
-        except (OSError, ValueError) as err:
-            raise ConversionError(f"{source}: cannot load external tensor data: {err}"
-                                  ) from None
+        except (OSError, ValueError, onnx.checker.ValidationError) as err:  # a FIFO, a device
+            raise ConversionError(f"{source}: cannot load external tensor data: "
+                                  f"{str(err)[:300]}") from None
     return proto, raw, source
 
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from math import prod
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DType", "dtype_from_code", "dtype_of", "parse_dtype"]
+from ..errors import describe
+
+__all__ = ["MAX_NDIM", "DType", "dims_problem", "dtype_from_code", "dtype_of", "parse_dtype",
+           "shape_problem"]
+
+MAX_NDIM = 64
+"""The most dimensions a numpy array (and so a tensor) may have."""
+_INTP_MAX = 2**63 - 1
 
 # DLPack type codes.
 INT, UINT, FLOAT, BFLOAT, BOOL = 0, 1, 2, 4, 6
@@ -90,3 +99,38 @@ def dtype_from_code(code: int, bits: int, lanes: int) -> DType:
 def dtype_of(np_dtype: np.dtype[np.generic]) -> DType | None:
     """The graph type of a numpy dtype, or None when graphs have no such type."""
     return _BY_NUMPY.get(np_dtype)
+
+
+def dims_problem(shape: Sequence[object]) -> str | None:
+    """Why ``shape`` cannot be a numpy shape at all (too many dimensions, a dimension that is
+    not an integer in ``[0, 2**63)``), or None; :func:`shape_problem` also checks the size."""
+    if len(shape) > MAX_NDIM:
+        return f"shape has {len(shape)} dimensions, more than the {MAX_NDIM} numpy allows"
+    for axis, dim in enumerate(shape):
+        if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= _INTP_MAX:
+            return f"dimension {axis} is {describe(dim)}, not an integer in [0, 2**63)"
+    return None
+
+
+def shape_problem(shape: Sequence[object], itemsize: int) -> str | None:
+    """Why numpy could not hold a tensor of this shape and item size, or None when it can.
+
+    numpy's rule: at most :data:`MAX_NDIM` dimensions, each an integer in ``[0, 2**63)``, and
+    the product of the non-zero dimensions times the item size below ``2**63`` (so a
+    ``(0, 2**62)`` float32 tensor, empty as it is, cannot exist either). Callers raise their
+    own error class with the tensor's name in front.
+
+    Example:
+        >>> shape_problem((0, 2**62), 4)[-64:]
+        'bytes ignoring its zero dimensions; numpy allows less than 2**63'
+        >>> shape_problem([2, 3], 4) is None
+        True
+    """
+    problem = dims_problem(shape)
+    if problem is not None:
+        return problem
+    span = itemsize * prod(dim for dim in shape if isinstance(dim, int) and dim)
+    if span > _INTP_MAX:
+        return (f"shape {describe(tuple(shape), 120)} would span {describe(span)} bytes "
+                "ignoring its zero dimensions; numpy allows less than 2**63")
+    return None

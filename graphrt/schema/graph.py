@@ -7,14 +7,15 @@ the node, entry or field at fault.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from math import prod
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import GraphFormatError
-from .dtypes import DType, parse_dtype
+from ..errors import GraphFormatError, describe
+from .dtypes import DType, dims_problem, parse_dtype, shape_problem
 from .spec import GraphSpec, NodeSpec
 from .symbolic import Dim, Expr, ShapeVar, dim_text, is_name, parse_dim
 
@@ -76,7 +77,7 @@ class Node:
     @property
     def label(self) -> str:
         """How errors name the node: ``node 3 'conv0'``."""
-        return f"node {self.nid} {self.name!r}"
+        return f"node {self.nid} {describe(self.name)}"
 
 
 @dataclass(frozen=True)
@@ -126,11 +127,15 @@ def _fail(where: str, problem: str) -> GraphFormatError:
     return GraphFormatError(f"{where}: {problem}")
 
 
+def _node_where(nid: int, node: NodeSpec) -> str:
+    return f"node {nid} {describe(node.name)}"
+
+
 def _parse_count(node: NodeSpec, nid: int, attrs: Mapping[str, str], key: str) -> int:
     text = attrs[key]
     if not (text.isascii() and text.isdigit() and len(text) <= _MAX_COUNT_DIGITS):
-        raise _fail(f"node {nid} {node.name!r}", f"attr {key!r} must be a non-negative integer "
-                    f"string, given {text[:40]!r} (at most {_MAX_COUNT_DIGITS} digits)")
+        raise _fail(_node_where(nid, node), f"attr {key!r} must be a non-negative "
+                    f"integer string, given {text[:40]!r} (at most {_MAX_COUNT_DIGITS} digits)")
     return int(text)
 
 
@@ -138,14 +143,15 @@ def _check_op_attrs(node: NodeSpec, nid: int) -> tuple[dict[str, str], int, int]
     attrs = node.op_attrs
     missing = [key for key in _REQUIRED_OP_ATTRS if key not in attrs]
     if missing:
-        raise _fail(f"node {nid} {node.name!r}", f"op node lacks required attrs {missing}")
+        raise _fail(_node_where(nid, node), f"op node lacks required attrs {missing}")
     num_inputs = _parse_count(node, nid, attrs, "num_inputs")
     num_outputs = _parse_count(node, nid, attrs, "num_outputs")
     if attrs["flatten_data"] not in ("0", "1"):
-        raise _fail(f"node {nid} {node.name!r}",
-                    f"attr 'flatten_data' must be \"0\" or \"1\", given {attrs['flatten_data']!r}")
+        raise _fail(_node_where(nid, node),
+                    "attr 'flatten_data' must be \"0\" or \"1\", given "
+                    f"{describe(attrs['flatten_data'])}")
     if num_inputs != len(node.inputs):
-        raise _fail(f"node {nid} {node.name!r}",
+        raise _fail(_node_where(nid, node),
                     f"num_inputs is {num_inputs} but the node lists {len(node.inputs)} inputs")
     return attrs, num_inputs, num_outputs
 
@@ -183,8 +189,8 @@ def _shape_vars(spec: GraphSpec) -> dict[str, ShapeVar]:
     declared = {}
     for name, bounds in (spec.shape_vars or {}).items():
         if not is_name(name):
-            raise _fail("shape_vars", f"{name!r} is not a valid variable name (letters, digits "
-                        "and _, not starting with a digit)")
+            raise _fail("shape_vars", f"{describe(name)} is not a valid variable name (letters, "
+                        "digits and _, not starting with a digit)")
         declared[name] = ShapeVar(name, bounds.min, bounds.max)
     return declared
 
@@ -203,22 +209,23 @@ def _dims(raw: list[int | str], where: str, shape_vars: Mapping[str, ShapeVar]
     for axis, dim in enumerate(raw):
         if isinstance(dim, int):
             if dim < 0:
-                raise _fail(where, f"shape {raw} has a negative dimension")
+                raise _fail(where, f"shape {describe(raw)} has a negative dimension")
             dims.append(dim)
             planned.append(dim)
             continue
         try:
             expr = parse_dim(dim)
         except ValueError as err:
-            raise _fail(where, f"dimension {axis} of shape {raw}: {err}") from None
+            raise _fail(where, f"dimension {axis} of shape {describe(raw)}: {err}") from None
         undeclared = sorted(expr.variables - shape_vars.keys())
         if undeclared:
-            raise _fail(where, f"dimension {axis} ({dim!r}) uses {undeclared}, not declared in "
-                        f"the graph's shape_vars (declared: {sorted(shape_vars)})")
+            declared = describe(sorted(shape_vars))
+            raise _fail(where, f"dimension {axis} ({describe(dim)}) uses {undeclared}, not "
+                        f"declared in the graph's shape_vars (declared: {declared})")
         try:
             planned.append(max(expr.bounds(ranges)[1], 0))
         except ValueError as err:
-            raise _fail(where, f"dimension {axis} ({dim!r}): {err}") from None
+            raise _fail(where, f"dimension {axis} ({describe(dim)}): {err}") from None
         dims.append(expr)
     return tuple(planned), tuple(dims)
 
@@ -236,12 +243,17 @@ def _build_entries(spec: GraphSpec, nodes: list[NodeSpec], row_ptr: list[int],
     for nid, node in enumerate(nodes):
         for index in range(row_ptr[nid + 1] - row_ptr[nid]):
             eid = row_ptr[nid] + index
-            where = f"entry {eid} (output {index} of node {nid} {node.name!r})"
+            where = f"entry {eid} (output {index} of node {nid} {describe(node.name)})"
             try:
                 dtype = parse_dtype(str(dltypes[eid]))
             except ValueError as err:
                 raise _fail(where, str(err)) from None
             shape, dims = _dims(shapes[eid], where, shape_vars)
+            # An empty tensor takes no memory, so only numpy's rule can refuse its shape; a
+            # non-empty one too large is refused by planning, naming the device it would not fit.
+            problem = shape_problem(shape, dtype.itemsize) if 0 in shape else dims_problem(shape)
+            if problem is not None:
+                raise _fail(where, problem)
             sid = sids[eid]
             if sid < 0:
                 raise _fail(where, f"storage_id is {sid}, must be >= 0")
@@ -263,8 +275,8 @@ def _resolve_ref(ref: list[int], where: str, nid_limit: int, row_ptr: list[int],
                     f"(valid: 0..{nid_limit - 1})")
     count = row_ptr[src + 1] - row_ptr[src]
     if not 0 <= index < count:
-        raise _fail(where, f"refers to output {index} of node {src} {names[src]!r}, which has "
-                    f"{count} output(s)")
+        raise _fail(where, f"refers to output {index} of node {src} {describe(names[src])}, "
+                    f"which has {count} output(s)")
     return row_ptr[src] + index
 
 
@@ -290,7 +302,8 @@ def build_graph(spec: GraphSpec) -> Graph:
     for nid, node in enumerate(specs):
         if node.op == "null":
             if node.inputs:
-                raise _fail(f"node {nid} {node.name!r}", "an input (null) node cannot have inputs")
+                raise _fail(_node_where(nid, node), "an input (null) node cannot have "
+                            "inputs")
             counts.append(1)
             op_info.append(None)
         else:
@@ -305,7 +318,7 @@ def build_graph(spec: GraphSpec) -> Graph:
     nodes = []
     for nid, node in enumerate(specs):
         inputs = tuple(
-            _resolve_ref(ref, f"node {nid} {node.name!r} input {i}", nid, row_ptr, names)
+            _resolve_ref(ref, f"{_node_where(nid, node)} input {i}", nid, row_ptr, names)
             for i, ref in enumerate(node.inputs)
         )
         outputs = tuple(range(row_ptr[nid], row_ptr[nid + 1]))
@@ -319,7 +332,7 @@ def build_graph(spec: GraphSpec) -> Graph:
     heads = tuple(_resolve_ref(ref, f"heads[{i}]", len(nodes), row_ptr, names)
                   for i, ref in enumerate(spec.heads))
     bases = [_output_name(nodes[entries[eid].nid], entries[eid].index) for eid in heads]
-    shared = {base for base in bases if bases.count(base) > 1}
+    shared = {base for base, count in Counter(bases).items() if count > 1}
     output_names = tuple(f"{base}#{i}" if base in shared else base
                          for i, base in enumerate(bases))
     aliases = {base: tuple(name for name, b in zip(output_names, bases, strict=True)

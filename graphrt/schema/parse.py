@@ -7,8 +7,8 @@ from typing import Any, Union
 
 from pydantic import ValidationError
 
-from ..errors import GraphFormatError
-from ..jsondoc import describe_validation_error, read_json
+from ..errors import GraphFormatError, describe
+from ..jsondoc import describe_validation_error, loc_part, read_json
 from .graph import Graph, build_graph
 from .spec import GraphSpec
 
@@ -28,13 +28,13 @@ def _where(loc: tuple[int | str, ...], data: object) -> str:
             node = data["nodes"][nid]
             if isinstance(node, dict) and isinstance(node.get("name"), str):
                 name = node["name"]
-        rest = ".".join(str(part) for part in loc[2:])
-        label = f"node {nid}" + (f" {name!r}" if name is not None else "")
+        rest = ".".join(map(loc_part, loc[2:]))
+        label = f"node {nid}" + (f" {describe(name)}" if name is not None else "")
         return f"{label} field {rest!r}" if rest else label
     if len(loc) >= 4 and loc[0] == "attrs" and loc[2] == 1 and isinstance(loc[3], int):
         dim = f" dimension {loc[4]}" if len(loc) >= 5 else ""
-        return f"attrs column {loc[1]!r} entry {loc[3]}{dim}"
-    return ".".join(str(part) for part in loc) or "graph"
+        return f"attrs column {describe(loc[1])} entry {loc[3]}{dim}"
+    return ".".join(map(loc_part, loc)) or "graph"
 
 
 def parse_spec(source: GraphSource) -> GraphSpec:
@@ -51,7 +51,7 @@ def parse_spec(source: GraphSource) -> GraphSpec:
         return source
     if isinstance(source, Graph):
         raise GraphFormatError("parse_spec() takes graph JSON, not an already built Graph")
-    data = read_json(source, "graph", GraphFormatError)
+    data = read_json(source, "graph", GraphFormatError, name="load_graph(source)")
     if not isinstance(data, dict):
         raise GraphFormatError(f"graph JSON must be an object, given {type(data).__name__}")
     try:

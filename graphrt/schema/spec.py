@@ -10,9 +10,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-__all__ = ["Columns", "GraphSpec", "NodeSpec", "ShapeVarSpec"]
+from ..errors import describe
 
-EntryRef = Annotated[list[StrictInt], Field(min_length=2, max_length=3)]
+__all__ = ["Columns", "GraphSpec", "Int64", "NodeSpec", "ShapeVarSpec"]
+
+Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**64 - 1)]
+"""Every integer of a graph document fits in 64 bits, signed or unsigned, as JSON parsers read
+them (so that no message, plan or array ever meets an integer too long to print); shapes are
+held to numpy's tighter limit when the graph is built."""
+
+EntryRef = Annotated[list[Int64], Field(min_length=2, max_length=3)]
 """``[nid, index]`` or ``[nid, index, version]``; version is ignored."""
 
 
@@ -28,7 +35,7 @@ class NodeSpec(_Frozen):
     inputs: list[EntryRef] = Field(default_factory=list)
     attrs: dict[StrictStr, StrictStr] | None = None
     attr: dict[StrictStr, StrictStr] | None = None  # legacy spelling of attrs
-    control_deps: list[StrictInt] | None = None
+    control_deps: list[Int64] | None = None
 
     @property
     def op_attrs(self) -> dict[str, str]:
@@ -36,9 +43,9 @@ class NodeSpec(_Frozen):
         return dict(self.attrs if self.attrs is not None else self.attr or {})
 
 
-ListInt = tuple[Literal["list_int"], list[StrictInt]]
+ListInt = tuple[Literal["list_int"], list[Int64]]
 ListStr = tuple[Literal["list_str"], list[StrictStr]]
-ListShape = tuple[Literal["list_shape"], list[list[StrictInt | StrictStr]]]
+ListShape = tuple[Literal["list_shape"], list[list[Int64 | StrictStr]]]
 """Shapes; a dimension may be a symbolic expression of declared ``shape_vars`` (graphrt)."""
 
 
@@ -64,7 +71,7 @@ class Columns(BaseModel):
             if tag not in ("list_int", "size_t"):
                 raise ValueError(
                     f"unknown attrs column {key!r}: only 'list_int' or 'size_t' columns can be "
-                    f"skipped, given {str(value)[:60]}"
+                    f"skipped, given {describe(value, 60)}"
                 )
         return self
 
@@ -72,8 +79,8 @@ class Columns(BaseModel):
 class ShapeVarSpec(_Frozen):
     """Bounds of one shape variable (a graphrt extension): ``{"max": 64, "min": 1}``."""
 
-    max: StrictInt = Field(ge=0)
-    min: StrictInt = Field(default=0, ge=0)
+    max: StrictInt = Field(ge=0, le=2**63 - 1)
+    min: StrictInt = Field(default=0, ge=0, le=2**63 - 1)
 
     @model_validator(mode="after")
     def _ordered(self) -> ShapeVarSpec:
@@ -87,8 +94,8 @@ class GraphSpec(_Frozen):
     optional ``shape_vars`` declaring the bounds of symbolic dimensions."""
 
     nodes: list[NodeSpec]
-    arg_nodes: list[StrictInt]
-    node_row_ptr: list[StrictInt]
+    arg_nodes: list[Int64]
+    node_row_ptr: list[Int64]
     heads: list[EntryRef]
     attrs: Columns
     metadata: Any = None
