@@ -296,7 +296,7 @@ _unary("hard_swish", FLOATS, _hard_swish,
 def _elu(xp: Any, x: Any, out: Any, attrs: AlphaAttrs) -> None:
     w = _working(xp, x)
     y = xp.expm1(xp.minimum(w, 0)) * attrs.alpha  # min first: exp never overflows
-    xp.copyto(y, w, where=w > 0)
+    xp.copyto(y, w, where=~(w < 0))  # ONNX's ``x < 0 ? ... : x``: elu(-0.0) is -0.0
     out[...] = y
 
 
@@ -367,8 +367,24 @@ _unary("isinf", FLOATS, _isinf, attrs=IsInfAttrs, out_dtype="bool")
 # --------------------------------------------------------------------------------------------
 
 
+def _wrapped(value: int, dtype: Any) -> Any:
+    """The integer ``value`` modulo the width of integer ``dtype``, as a scalar of it."""
+    bits = dtype.itemsize * 8
+    value %= 1 << bits
+    if dtype.kind == "i" and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return dtype.type(value)
+
+
 def _shrink(xp: Any, x: Any, out: Any, attrs: ShrinkAttrs) -> None:
-    # Integer inputs: x +- bias is computed in float64 and truncated toward zero on the way out.
+    if x.dtype.kind in "iu" and math.isfinite(attrs.bias) and attrs.bias == int(attrs.bias):
+        # an integer bias: exact in the input dtype (wrapping around, as integer arithmetic)
+        bias = _wrapped(int(attrs.bias), x.dtype)
+        out[...] = 0
+        xp.copyto(out, x - bias, where=x > attrs.lambd)
+        xp.copyto(out, x + bias, where=x < -attrs.lambd)
+        return
+    # Other integer inputs: x +- bias in float64, truncated toward zero on the way out.
     w = x.astype(xp.float64) if x.dtype.kind in "iu" else _working(xp, x)
     y = w + attrs.bias
     xp.copyto(y, w - attrs.bias, where=w > attrs.lambd)

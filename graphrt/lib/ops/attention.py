@@ -3,7 +3,8 @@
 ``attention`` is scaled dot-product attention over ``[batch, heads, seq, head_size]`` tensors
 with grouped key/value heads, an optional softcap, an additive bias and a boolean mask, and a
 zero output for query rows that every key is masked from. float16 and bfloat16 compute in
-float32, rounding to the input dtype after each step ONNX's reference rounds at.
+float32 (the matrix products natively in float16 on cupy), rounding to the input dtype after
+each step ONNX's reference rounds at.
 
 ``grid_sample`` samples N-d images at normalized grid coordinates (nearest, linear or cubic;
 zeros, border or reflection padding). ``col2im`` sums sliding blocks back into an N-d image.
@@ -22,7 +23,17 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, broadcast, register_op
+from .base import (
+    Attrs,
+    OpDef,
+    OpError,
+    TensorType,
+    accumulator,
+    broadcast,
+    gemm_dtype,
+    matmul,
+    register_op,
+)
 
 __all__ = ["AttentionAttrs", "Col2ImAttrs", "GridSampleAttrs", "NllLossAttrs"]
 
@@ -44,10 +55,12 @@ def _np_dtype(name: str) -> Any:
     return np.dtype(name)
 
 
-def _work_dtype(dtype: Any) -> Any:
-    """The dtype arithmetic runs in: float32 for bfloat16 (which cupy lacks), else the dtype
-    itself."""
-    return np.dtype("float32") if np.dtype(dtype).name == "bfloat16" else np.dtype(dtype)
+def _matmul(xp: Any, a: Any, b: Any, dtype: Any) -> Any:
+    """``a @ b`` of operands holding ``dtype`` values (in the work dtype), in the work dtype:
+    the product runs in :func:`gemm_dtype` (native float16 on cupy)."""
+    gemm = gemm_dtype(xp, dtype)
+    result = matmul(xp, a.astype(gemm, copy=False), b.astype(gemm, copy=False))
+    return result.astype(accumulator(dtype), copy=False)
 
 
 def _select(xp: Any, cond: Any, a: Any, b: Any, dtype: Any) -> Any:
@@ -142,7 +155,7 @@ def _attention(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     bias = extra.pop(0) if attrs.bias else None
     mask = extra.pop(0) if attrs.mask else None
     dtype = q.dtype
-    work = _work_dtype(dtype)
+    work = accumulator(dtype)
     low = work != dtype
 
     def rnd(x: Any) -> Any:
@@ -155,7 +168,8 @@ def _attention(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     root = float(np.asarray(math.sqrt(attrs.scale), dtype=dtype).astype(np.float64))
     qs = rnd(q.astype(work) * work.type(root)).reshape(batch, kv_heads, reps, q_len, head)
     ks = rnd(k.astype(work) * work.type(root))[:, :, None]
-    scores = rnd(xp.matmul(qs, ks.swapaxes(-1, -2))).reshape(batch, q_heads, q_len, kv_len)
+    scores = rnd(_matmul(xp, qs, ks.swapaxes(-1, -2), dtype)).reshape(batch, q_heads, q_len,
+                                                                        kv_len)
     if attrs.softcap > 0:
         cap = work.type(attrs.softcap)
         scores = rnd(rnd(xp.tanh(rnd(scores / cap))) * cap)
@@ -171,7 +185,7 @@ def _attention(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     if attrs.qk_output == "biased":
         qk = scores
     sm_dtype = _np_dtype(attrs.softmax_dtype) if attrs.softmax_dtype else dtype
-    sm_work = _work_dtype(sm_dtype)
+    sm_work = accumulator(sm_dtype)
     x = scores.astype(sm_work)
     top = xp.max(x, axis=-1, keepdims=True)
     top = _select(xp, xp.isneginf(top), sm_work.type(0), top, sm_work)
@@ -187,7 +201,7 @@ def _attention(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     if attrs.qk_output == "probs":
         qk = probs
     vs = v.astype(work)[:, :, None]
-    y = xp.matmul(probs.reshape(batch, kv_heads, reps, q_len, kv_len), vs)
+    y = _matmul(xp, probs.reshape(batch, kv_heads, reps, q_len, kv_len), vs, dtype)
     outputs[0][...] = y.reshape(outputs[0].shape).astype(dtype)
     if qk is not None:
         outputs[1][...] = qk.astype(dtype)
@@ -245,7 +259,7 @@ def _nll_loss(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
               attrs: NllLossAttrs) -> None:
     x, target = inputs[:2]
     classes = x.shape[1]
-    work = _work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     index = target.astype(np.int64)
     keep = None if attrs.ignore_index is None else index != attrs.ignore_index
     safe = xp.clip(index, 0, classes - 1)
@@ -350,7 +364,7 @@ def _grid_sample(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     batch, channels, *sizes = x.shape
     dims = len(sizes)
     cdtype = np.dtype("float64") if grid.dtype == np.float64 else np.dtype("float32")
-    work = _work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     flat_x = x.reshape(batch, channels, -1).astype(work)
     q = int(np.prod(grid.shape[1:-1]))
     taps: list[list[tuple[Any, Any]]] = []  # per spatial axis: (index, weight or None) per tap
@@ -492,7 +506,7 @@ def _col2im(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Col2I
     batch, channels = out.shape[:2]
     cols = x.reshape(batch, channels, *attrs.block, *counts)
     padded_shape = [attrs.image[k] + pads[k] + pads[k + dims] for k in range(dims)]
-    work = _work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     padded = xp.zeros_like(x, dtype=work, shape=(batch, channels, *padded_shape))
     for offset in itertools.product(*(range(b) for b in attrs.block)):
         where = tuple(slice(offset[k] * dilations[k],

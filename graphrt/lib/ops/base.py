@@ -15,12 +15,15 @@ Example (how an op is defined):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+from ...errors import describe
 
 __all__ = [
     "OPS",
@@ -29,8 +32,12 @@ __all__ = [
     "OpDef",
     "OpError",
     "TensorType",
+    "accumulator",
     "broadcast",
+    "check_fill",
+    "gemm_dtype",
     "get_op",
+    "matmul",
     "normalize_axis",
     "register_op",
     "result_dtype",
@@ -155,7 +162,7 @@ def get_op(name: str) -> OpDef:
     """
     op = OPS.get(name)
     if op is None:
-        raise OpError(f"unknown op {name!r} (known: {', '.join(sorted(OPS))})")
+        raise OpError(f"unknown op {describe(name)} (known: {', '.join(sorted(OPS))})")
     return op
 
 
@@ -186,3 +193,80 @@ def normalize_axis(axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise OpError(f"axis {axis} is out of range for a {ndim}-D tensor")
     return axis % ndim if ndim else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Precision and fill values shared by the ops
+
+_HALF = frozenset({"float16", "bfloat16"})
+
+
+def accumulator(dtype: Any) -> np.dtype[Any]:
+    """The dtype sums over ``dtype`` accumulate in: float32 for float16 and bfloat16 (whose
+    sums lose precision and overflow), else ``dtype`` itself. Results are cast back once."""
+    return np.dtype(np.float32) if np.dtype(dtype).name in _HALF else np.dtype(dtype)
+
+
+def gemm_dtype(xp: Any, dtype: Any) -> np.dtype[Any]:
+    """The dtype a matrix product of ``dtype`` operands runs in.
+
+    float32 for bfloat16 (cupy has none) and, where ``xp`` is numpy, for float16 (numpy's
+    float16 matmul skips BLAS and is 60-160x slower than float32, and float32 is at least as
+    accurate); cupy keeps float16, whose GEMMs use tensor cores and accumulate in float32.
+    """
+    given: np.dtype[Any] = np.dtype(dtype)
+    if given.name == "bfloat16" or (given.name == "float16" and xp is np):
+        return np.dtype(np.float32)
+    return given
+
+
+def matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
+    """``a @ b`` computed in :func:`gemm_dtype` and, with ``out``, cast into it once.
+
+    Returns ``out``, or the product in the GEMM dtype.
+    """
+    work = gemm_dtype(xp, a.dtype)
+    if a.dtype != work:
+        a = a.astype(work)
+    if b.dtype != work:
+        b = b.astype(work)
+    if out is None:
+        return xp.matmul(a, b)
+    if out.dtype == work:
+        xp.matmul(a, b, out=out)
+    else:
+        out[...] = xp.matmul(a, b)
+    return out
+
+
+def check_fill(value: float, dtype: str, what: str) -> None:
+    """Refuse a fill ``value`` that ``dtype`` cannot hold.
+
+    Integers (and bool) take integral values in their range; floats take any value inside
+    their finite range, or an infinity or NaN.
+
+    Raises:
+        OpError: names ``what``, the value and the dtype's range.
+    """
+    kind = np.dtype(dtype).kind if dtype != "bfloat16" else "f"
+    if kind in "iub":
+        low, high = (0, 1) if kind == "b" else (int(np.iinfo(dtype).min),
+                                                 int(np.iinfo(dtype).max))
+        if math.isfinite(value) and value == int(value) and low <= int(value) <= high:
+            return
+        raise OpError(f"{what} {value!r} does not fit {dtype}: expected an integer in "
+                      f"[{low}, {high}]")
+    if kind == "f" and math.isfinite(value):
+        top = float(_float_max(dtype))
+        if abs(value) > top:
+            raise OpError(f"{what} {value!r} does not fit {dtype}: expected a value in "
+                          f"[{-top}, {top}], an infinity or nan")
+
+
+def _float_max(dtype: str) -> float:
+    """The largest finite value of a float dtype (bfloat16 through ml_dtypes)."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)  # type: ignore[no-untyped-call]
+    return float(np.finfo(np.dtype(dtype)).max)

@@ -11,7 +11,9 @@
   is expressed.
 * ``einsum``: ``xp.einsum`` over any number of operands (ONNX ``Einsum``).
 
-float16 and bfloat16 inputs are computed in float32 and rounded once at the end.
+Matrix products of float16 run in float32 on numpy (which has no float16 BLAS) and natively
+on cupy (tensor cores, float32 accumulation); bfloat16 always runs in float32. Overlapping
+sums (col2im) accumulate in float32 for 16-bit floats; results are rounded once.
 """
 
 from __future__ import annotations
@@ -25,7 +27,16 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, register_op
+from .base import (
+    Attrs,
+    OpDef,
+    OpError,
+    TensorType,
+    accumulator,
+    gemm_dtype,
+    matmul,
+    register_op,
+)
 
 __all__ = ["ConvAttrs", "ConvTransposeAttrs", "EinsumAttrs", "Window", "window_range"]
 
@@ -33,7 +44,6 @@ PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
 _FLOATS = ("float16", "float32", "float64", "bfloat16")
-_LOW = ("float16", "bfloat16")
 
 
 class ConvAttrs(Attrs):
@@ -115,11 +125,6 @@ class Window:
                 src_slices.append(slice(s0, s0 + (d1 - d0 - 1) * s + 1, s))
             else:
                 self.pairs.append((offset, tuple(dst_slices), tuple(src_slices)))
-
-
-def work_dtype(dtype: Any) -> Any:
-    """The dtype a computation on ``dtype`` runs in (float32 for float16 and bfloat16)."""
-    return np.dtype(np.float32) if np.dtype(dtype).name in _LOW else np.dtype(dtype)
 
 
 def check_float(types: Sequence[TensorType], names: Sequence[str], op: str) -> str:
@@ -221,7 +226,7 @@ def _conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ConvAtt
     kernel, space, out_space = weight.shape[2:], x.shape[2:], out.shape[2:]
     g = attrs.groups
     strides, dilation, begin, _ = _conv_params(attrs, rank)
-    work = work_dtype(x.dtype)
+    work = gemm_dtype(xp, x.dtype)
     if work != x.dtype:
         x, weight = x.astype(work), weight.astype(work)
     xg = x.reshape(n, g, cg, *space)
@@ -279,13 +284,11 @@ def _conv_transpose(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     g = attrs.groups
     cg = c // g
     strides, dilation, begin, _ = _conv_params(attrs, rank)
-    work = work_dtype(x.dtype)
-    if work != x.dtype:
-        x, weight = x.astype(work), weight.astype(work)
     ksize, isize = prod(kernel), prod(space)
     # [G, O/G*K, C/G] @ [N, G, C/G, IN] -> cols [N, G, O/G*K, IN]: one matmul.
     wt = weight.reshape(g, cg, og * ksize).swapaxes(-1, -2)
-    cols = xp.matmul(wt, x.reshape(n, g, cg, isize)).reshape(n, o, *kernel, *space)
+    cols = matmul(xp, wt, x.reshape(n, g, cg, isize)).reshape(n, o, *kernel, *space)
+    work = accumulator(out.dtype)  # the overlapping sums: float32 for 16-bit floats
     acc = out if work == out.dtype else xp.empty_like(out, dtype=work)
     acc[...] = 0
     lead = (slice(None),) * 2
@@ -370,7 +373,7 @@ def _infer_einsum(types: Sequence[TensorType], attrs: EinsumAttrs, data: Sequenc
 
 def _einsum(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: EinsumAttrs) -> None:
     out = outputs[0]
-    work = work_dtype(out.dtype)
+    work = gemm_dtype(xp, out.dtype)
     operands = [a.astype(work) if a.dtype != work else a for a in inputs]
     out[...] = xp.einsum(attrs.equation, *operands, optimize=True)
 

@@ -12,6 +12,11 @@ Dtype rules (checked by each op's shape function, which raises :class:`OpError`)
   Mixing families (``float32`` with ``int32``) is refused: cast one input first.
 * ``divide``, ``mean``, the transcendental ops, ``softmax`` and friends need float inputs.
 
+Integer semantics: arithmetic wraps around; ``floor_divide`` and ``mod`` by zero give 0 (as
+numpy and cupy do; ONNX Runtime refuses); ``power`` with a negative exponent gives what ONNX
+Runtime's ``Pow`` gives (see :func:`_power`) instead of raising. ``sum`` and ``mean`` of
+float16 accumulate in float32 and round once.
+
 Ops with an ``elementwise`` expression can be fused into one CUDA kernel; the expressions are
 written to compile for every dtype the op accepts. Ops whose expression would depend on an
 attribute value, or for which no single C expression matches numpy for every accepted dtype
@@ -21,9 +26,10 @@ attribute value, or for which no single C expression matches numpy for every acc
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from .base import (
     Attrs,
@@ -31,6 +37,7 @@ from .base import (
     OpDef,
     OpError,
     TensorType,
+    accumulator,
     broadcast,
     normalize_axis,
     register_op,
@@ -201,9 +208,15 @@ _OUT_BY_KEYWORD = frozenset({"maximum", "minimum"})
 """numpy 2.4 deprecates a positional output for these two (it reads as a third input)."""
 
 
+BinaryCompute = Callable[[Any, Any, Any, Any], None]
+"""``compute(xp, a, b, out)`` of a binary op that is more than one array function."""
+
+
 def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str | None, *,
-            boolean: bool = False, note: str = "") -> None:
-    """A broadcasting binary op computed by ``xp.<function>`` (bool output when ``boolean``)."""
+            boolean: bool = False, note: str = "", custom: BinaryCompute | None = None
+            ) -> None:
+    """A broadcasting binary op computed by ``xp.<function>`` (bool output when ``boolean``),
+    or by ``custom``."""
     def infer(types: Types, attrs: Any) -> list[TensorType]:
         try:
             dtype = _common_dtype(name, types, allowed)
@@ -212,9 +225,17 @@ def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str 
         return [TensorType(_broadcast(name, types), "bool" if boolean else dtype)]
 
     def compute(xp: Any, ins: Sequence[Any], outs: Sequence[Any], attrs: Any) -> None:
-        getattr(xp, function)(ins[0], ins[1], out=outs[0])
+        if custom is not None:
+            custom(xp, ins[0], ins[1], outs[0])
+        else:
+            getattr(xp, function)(ins[0], ins[1], out=outs[0])
 
     def kernel(xp: Any, attrs: Any) -> Callable[..., None]:
+        if custom is not None:
+            def call_custom(a: Any, b: Any, out: Any) -> None:
+                custom(xp, a, b, out)
+
+            return call_custom
         ufunc: Callable[..., None] = getattr(xp, function)
         if function in _OUT_BY_KEYWORD:
             def call(a: Any, b: Any, out: Any) -> None:
@@ -226,6 +247,26 @@ def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str 
     _register(name, NoAttrs, 2, infer, compute, elementwise, kernel)
 
 
+def _power(xp: Any, a: Any, b: Any, out: Any) -> None:
+    """``a ** b``; for signed integers a negative exponent gives what ONNX Runtime's ``Pow``
+    gives (``trunc(pow(double(a), double(b)))``): ``1 ** -n = 1``, ``(-1) ** -n = +-1`` by the
+    parity of n, ``0 ** -n`` the dtype's minimum (C's conversion of inf on x86), 0 otherwise.
+    """
+    if out.dtype.kind != "i":
+        xp.power(a, b, out=out)
+        return
+    negative = b < 0
+    xp.power(a, xp.maximum(b, 0), out=out)  # numpy raises on a negative integer exponent
+    xp.copyto(out, 0, where=negative)
+    xp.copyto(out, 1, where=negative & ((a == 1) | ((a == -1) & ((b & 1) == 0))))
+    xp.copyto(out, -1, where=negative & (a == -1) & ((b & 1) == 1))
+    xp.copyto(out, out.dtype.type(_int_min(out.dtype)), where=negative & (a == 0))
+
+
+def _int_min(dtype: Any) -> int:
+    return -(1 << (int(dtype.itemsize) * 8 - 1))
+
+
 # ``maximum``/``minimum`` propagate NaN from either side like numpy (``in0 != in0`` is NaN).
 _binary("add", "add", NUMERIC, "in0 + in1")
 _binary("subtract", "subtract", NUMERIC, "in0 - in1")
@@ -233,7 +274,7 @@ _binary("multiply", "multiply", NUMERIC, "in0 * in1")
 _binary("divide", "divide", FLOATS, "in0 / in1", note=" (divide is true division; use "
         "floor_divide for integers)")
 _binary("floor_divide", "floor_divide", NUMERIC, None)
-_binary("power", "power", NUMERIC, None)
+_binary("power", "power", NUMERIC, None, custom=_power)
 _binary("maximum", "maximum", NUMERIC, "(in0 > in1 || in0 != in0) ? in0 : in1")
 _binary("minimum", "minimum", NUMERIC, "(in0 < in1 || in0 != in0) ? in0 : in1")
 _binary("mod", "remainder", NUMERIC, None)
@@ -414,7 +455,7 @@ _GELU_TANH_C = math.sqrt(2.0 / math.pi)
 def _gelu(xp: Any, x: Any, out: Any, attrs: GeluAttrs) -> None:
     # gelu(x) = x * Phi(x). Phi is computed without cancellation in the left tail:
     # exact: Phi(x) = erfc(-x/sqrt(2)) / 2; tanh form: (1 + tanh(u)) / 2 = sigmoid(2u).
-    x64 = _as_float64(xp, x)
+    x64 = _as_float64(xp, x).reshape(-1)  # 1-D: numpy computes on 0-d arrays give scalars
     if attrs.approximate:
         # Phi is already exactly 0 or 1 at |x| = 1e3; clamping keeps x**3 finite.
         u = xp.clip(x64, -1e3, 1e3)
@@ -428,9 +469,9 @@ def _gelu(xp: Any, x: Any, out: Any, attrs: GeluAttrs) -> None:
     else:
         phi = erf_erfc(xp, x64 * -math.sqrt(0.5))[1]
         phi *= 0.5
-    # gelu(-inf) is the limit -0.0 (Phi = 0 there), not -inf * 0 = nan.
-    phi *= xp.maximum(x64, -sys.float_info.max)
-    out[...] = phi
+    with np.errstate(invalid="ignore"):  # gelu(-inf) is -inf * 0 = nan by design, as
+        phi *= x64  # ONNX's formula (and ONNX Runtime) give
+    out[...] = phi.reshape(out.shape)
 
 
 def _relu(xp: Any, x: Any, out: Any, attrs: Any) -> None:
@@ -584,11 +625,18 @@ def _reduction(name: str, function: str, allowed: frozenset[str], *,
         return [TensorType(_reduced_shape(x.shape, axes, attrs.keepdims), x.dtype)]
 
     def compute(xp: Any, ins: Sequence[Any], outs: Sequence[Any], attrs: ReduceAttrs) -> None:
-        (x,) = ins
+        (x,), (out,) = ins, outs
         axes = None if attrs.axis is None else _reduce_axes(name, attrs.axis, x.ndim)
-        # sum: accumulate in (and wrap around) the input dtype, not numpy's widened default.
-        kwargs: dict[str, Any] = {"dtype": x.dtype} if function == "sum" else {}
-        getattr(xp, function)(x, axis=axes, out=outs[0], keepdims=attrs.keepdims, **kwargs)
+        if function in ("max", "min"):
+            getattr(xp, function)(x, axis=axes, out=out, keepdims=attrs.keepdims)
+            return
+        # Integers accumulate in (and wrap around) their own dtype, not numpy's widened
+        # default; float16 accumulates in float32 and is rounded once.
+        work = accumulator(x.dtype)
+        if work == x.dtype:
+            getattr(xp, function)(x, axis=axes, out=out, keepdims=attrs.keepdims, dtype=work)
+        else:
+            out[...] = getattr(xp, function)(x, axis=axes, keepdims=attrs.keepdims, dtype=work)
 
     _register(name, ReduceAttrs, 1, infer, compute)
 

@@ -23,7 +23,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .base import Attrs, OpDef, OpError, TensorType, normalize_axis, register_op
+from .base import (
+    Attrs,
+    OpDef,
+    OpError,
+    TensorType,
+    accumulator,
+    normalize_axis,
+    register_op,
+)
 from .transform import _is_integer, _one, _size
 
 __all__ = [
@@ -432,8 +440,9 @@ register_op(OpDef(name="scatter_nd", attrs=ScatterNdAttrs, arity=3, infer=_scatt
 
 
 class CumsumAttrs(Attrs):
-    """Cumulative sum along ``axis`` in the input's dtype; ``exclusive`` leaves out each
-    element itself (the first is 0), ``reverse`` sums from the end."""
+    """Cumulative sum along ``axis`` in the input's dtype (float16 and bfloat16 accumulate in
+    float32); ``exclusive`` leaves out each element itself (the first is 0), ``reverse`` sums
+    from the end."""
 
     axis: int = 0
     exclusive: bool = False
@@ -460,14 +469,15 @@ def _cumsum_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     axis = normalize_axis(attrs.axis, x.ndim)
     src = xp.flip(x, axis) if attrs.reverse else x
     dst = xp.flip(out, axis) if attrs.reverse else out
+    work = accumulator(out.dtype)  # float16 sums in float32, each rounded once
     if not attrs.exclusive:
-        dst[...] = xp.cumsum(src, axis=axis, dtype=out.dtype)
+        dst[...] = xp.cumsum(src, axis=axis, dtype=work)
         return
     n = x.shape[axis]
     dst[_along(axis, slice(0, 1))] = 0
     if n > 1:
         dst[_along(axis, slice(1, None))] = xp.cumsum(src[_along(axis, slice(0, n - 1))],
-                                                      axis=axis, dtype=out.dtype)
+                                                      axis=axis, dtype=work)
 
 
 register_op(OpDef(name="cumsum", attrs=CumsumAttrs, arity=1, infer=_cumsum_infer,
@@ -606,7 +616,10 @@ def _eye_like_infer(types: Sequence[TensorType], attrs: EyeLikeAttrs,
     try:
         dtype = np.dtype(attrs.dtype)
     except TypeError:
-        raise OpError(f"eye_like: unknown dtype {attrs.dtype!r}") from None
+        dtype = np.dtype(object)
+    if dtype.kind not in "biuf":
+        raise OpError(f"eye_like: unknown dtype {attrs.dtype!r} (expected bool or a numeric "
+                      "dtype name such as 'float32' or 'int64')")
     return [TensorType(src.shape, dtype.name)]
 
 

@@ -23,12 +23,16 @@ Layouts and conventions:
   ``count_include_pad`` divides by the window clipped to the padded input (padding counts, the
   ceil-mode overhang beyond it does not); without it, by the number of real input elements.
 * ``resize2d`` follows ONNX ``Resize`` (opset >= 13) given ``sizes`` (so scale = out / in), see
-  :class:`Resize2DAttrs`.
+  :class:`Resize2DAttrs`; it is the N-d ``resize`` op's implementation (exact coordinates).
+* float16: sums (pools, normalization statistics, col2im) accumulate in float32 and epsilon is
+  applied in float32; matrix products run in float32 on numpy (no float16 BLAS) and natively on
+  cupy (:func:`graphrt.lib.ops.base.gemm_dtype`); each result is rounded once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from math import prod
 from typing import Annotated, Any, Literal
 
@@ -40,10 +44,15 @@ from .base import (
     OpDef,
     OpError,
     TensorType,
+    accumulator,
     broadcast,
+    gemm_dtype,
+    matmul,
     normalize_axis,
     register_op,
 )
+from .normalization import NormalizeAttrs, normalize
+from .resize import ResizeAttrs, resize
 
 __all__ = [
     "AvgPool2DAttrs",
@@ -137,8 +146,8 @@ NearestMode = Literal["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"
 class Resize2DAttrs(Attrs):
     """``resize2d`` (NCHW): ONNX ``Resize`` with ``sizes = (N, C, *size)``.
 
-    Source coordinate of output index ``x`` (scale = out / in), per ONNX
-    ``coordinate_transformation_mode``:
+    Source coordinate of output index ``x`` (scale = out / in, exact rational arithmetic: the
+    ``resize`` op computes it), per ONNX ``coordinate_transformation_mode``:
 
     * ``half_pixel``: ``(x + 0.5) / scale - 0.5`` (also when out == 1; this is not
       ``pytorch_half_pixel``);
@@ -149,8 +158,8 @@ class Resize2DAttrs(Attrs):
     ``[0, in - 1]``. ``nearest_mode`` None means ``floor`` for ``asymmetric`` (TensorFlow's and
     PyTorch's ``nearest``) and ``round_prefer_floor`` (the ONNX default: halves go down) for the
     other two modes. ``method="bilinear"`` is ONNX ``mode="linear"`` (no antialias,
-    ``exclude_outside=0``): the coordinate is clamped to ``[0, in - 1]`` (ONNX's edge
-    behavior), then ``(1 - t) * v[floor] + t * v[floor + 1]`` along H, then along W.
+    ``exclude_outside=0``): ``(1 - t) * v[floor] + t * v[floor + 1]`` with the taps clamped to
+    ``[0, in - 1]`` (ONNX's edge behavior), along H, then along W, in float32 for float16.
     """
 
     size: Pair
@@ -247,12 +256,15 @@ def _device_const(xp: Any, like: Any, host: np.ndarray[Any, Any]) -> Any:
 
 
 class _Dest:
-    """``out`` seen with another shape: a view when contiguous, else a temporary copied back."""
+    """``out`` seen with another shape (and the dtype a GEMM of its dtype runs in): a view when
+    contiguous and of that dtype, else a temporary copied (cast once) back by ``finish``."""
 
     def __init__(self, xp: Any, out: Any, shape: tuple[int, ...]) -> None:
         self.out = out
-        self.direct = bool(out.flags.c_contiguous)
-        self.view = out.reshape(shape) if self.direct else xp.empty_like(out, shape=shape)
+        work = gemm_dtype(xp, out.dtype)
+        self.direct = bool(out.flags.c_contiguous) and work == out.dtype
+        self.view = (out.reshape(shape) if self.direct
+                     else xp.empty_like(out, shape=shape, dtype=work))
 
     def finish(self) -> None:
         if not self.direct:
@@ -292,7 +304,7 @@ def _dense(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: NoAttr
     n, k = w.shape
     rows = prod(x.shape[:-1])
     dest = _Dest(xp, out, (rows, n))
-    xp.matmul(x.reshape(rows, k), w.T, out=dest.view)
+    matmul(xp, x.reshape(rows, k), w.T, out=dest.view)
     _add_bias(xp, dest.view, inputs, 0)
     dest.finish()
 
@@ -336,7 +348,6 @@ def _infer_batch_matmul(types: Sequence[TensorType], attrs: MatmulAttrs, data: S
 
 
 _MATMUL_DTYPES = (*_FLOATS, "bfloat16")
-_HALF = ("float16", "bfloat16")
 
 
 def _matmul(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: MatmulAttrs) -> None:
@@ -345,12 +356,7 @@ def _matmul(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Matmu
         a = a.swapaxes(-1, -2)
     if attrs.transpose_b:
         b = b.swapaxes(-1, -2)
-    if xp is np and str(a.dtype) in _HALF:
-        # numpy has no 16-bit float GEMM (it loops in Python-speed C); BLAS in float32 with
-        # one rounding at the end is faster and at least as accurate.
-        outputs[0][...] = np.matmul(a.astype(np.float32), b.astype(np.float32))
-        return
-    xp.matmul(a, b, out=outputs[0])
+    matmul(xp, a, b, out=outputs[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,9 +434,10 @@ def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2
         cols = cols.reshape(n, g, cg * kh * kw, oh * ow)
     # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW] -> [N, G, O/G, OH*OW]: one matmul.
     dest = _Dest(xp, out, (n, g, o // g, oh * ow))
-    xp.matmul(weight.reshape(g, o // g, cg * kh * kw), cols, out=dest.view)
+    matmul(xp, weight.reshape(g, o // g, cg * kh * kw), cols, out=dest.view)
+    if len(inputs) == 3:  # added before the one rounding to a 16-bit output
+        xp.add(dest.view, inputs[2].reshape(g, o // g, 1), out=dest.view)
     dest.finish()
-    _add_bias(xp, out, inputs, 2)
 
 
 def _infer_conv2d_transpose(types: Sequence[TensorType], attrs: Conv2DTransposeAttrs,
@@ -465,9 +472,12 @@ def _conv2d_transpose(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     (sh, sw), (dh, dw), (pt, pl, _, _) = attrs.strides, attrs.dilation, attrs.padding
     # [G, O/G*KH*KW, C/G] @ [N, G, C/G, H*W] -> cols [N, G, O/G*KH*KW, H*W]: one matmul.
     wt = weight.reshape(g, cg, og * kh * kw).swapaxes(-1, -2)
-    cols = xp.matmul(wt, x.reshape(n, g, cg, h * w)).reshape(n, o, kh, kw, h, w)
-    # col2im: out[n, o, y*sh + i*dh - pt, x*sw + j*dw - pl] += cols[n, o, i, j, y, x].
-    out[...] = 0
+    cols = matmul(xp, wt, x.reshape(n, g, cg, h * w)).reshape(n, o, kh, kw, h, w)
+    # col2im: out[n, o, y*sh + i*dh - pt, x*sw + j*dw - pl] += cols[n, o, i, j, y, x], summed
+    # in float32 for 16-bit floats.
+    work = accumulator(out.dtype)
+    acc = out if work == out.dtype else xp.empty_like(out, dtype=work)
+    acc[...] = 0
     for i in range(kh):
         y0, y1, hs = _window_range(i * dh, pt, sh, oh, h)
         if y1 <= y0:
@@ -476,9 +486,11 @@ def _conv2d_transpose(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
             x0, x1, ws = _window_range(j * dw, pl, sw, ow, w)
             if x1 <= x0:
                 continue
-            target = out[:, :, _strided(hs, y1 - y0, sh), _strided(ws, x1 - x0, sw)]
+            target = acc[:, :, _strided(hs, y1 - y0, sh), _strided(ws, x1 - x0, sw)]
             xp.add(target, cols[:, :, i, j, y0:y1, x0:x1], out=target)
-    _add_bias(xp, out, inputs, 2)
+    _add_bias(xp, acc, inputs, 2)
+    if acc is not out:
+        out[...] = acc
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,16 +569,20 @@ def _avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     x, out = inputs[0], outputs[0]
     _, _, h, w = x.shape
     _, _, oh, ow = out.shape
-    out[...] = 0
+    work = accumulator(out.dtype)  # float16 sums in float32, rounded once
+    acc = out if work == out.dtype else xp.empty_like(out, dtype=work)
+    acc[...] = 0
     for (oy, ox), (iy, ix) in _pool_windows(x, out, attrs):
-        target = out[:, :, oy, ox]
+        target = acc[:, :, oy, ox]
         xp.add(target, x[:, :, iy, ix], out=target)
     (kh, kw), (sh, sw) = attrs.pool_size, attrs.strides or attrs.pool_size
     pt, pl, pb, pr = attrs.padding
     rows = _pool_counts(h, oh, kh, sh, pt, pb, attrs.count_include_pad)
     cols = _pool_counts(w, ow, kw, sw, pl, pr, attrs.count_include_pad)
-    counts = np.outer(rows, cols).astype(out.dtype)
-    xp.divide(out, _device_const(xp, out, counts), out=out)
+    counts = np.outer(rows, cols).astype(work)
+    xp.divide(acc, _device_const(xp, acc, counts), out=acc)
+    if acc is not out:
+        out[...] = acc
 
 
 def _infer_global_pool(types: Sequence[TensorType], dtypes: Sequence[str]) -> list[TensorType]:
@@ -590,7 +606,12 @@ def _infer_global_max_pool2d(types: Sequence[TensorType], attrs: NoAttrs, data: 
 
 def _global_avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                        attrs: NoAttrs) -> None:
-    xp.mean(inputs[0], axis=(2, 3), keepdims=True, out=outputs[0])
+    x, out = inputs[0], outputs[0]
+    work = accumulator(x.dtype)  # float16 sums in float32, rounded once
+    if work == x.dtype:
+        xp.mean(x, axis=(2, 3), keepdims=True, out=out)
+    else:
+        out[...] = xp.mean(x, axis=(2, 3), keepdims=True, dtype=work)
 
 
 def _global_max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
@@ -638,27 +659,30 @@ def _batch_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     x, gamma, beta, mean, var = inputs
     out = outputs[0]
     axis = normalize_axis(attrs.axis, x.ndim)
-    scale = xp.add(var, attrs.epsilon)  # gamma / sqrt(var + eps)
+    work = accumulator(x.dtype)  # float16: in float32 (epsilon too), rounded once
+    if work != x.dtype:
+        gamma, beta, mean, var = (v.astype(work) for v in (gamma, beta, mean, var))
+    scale = xp.add(var, work.type(attrs.epsilon))  # gamma / sqrt(var + eps)
     xp.sqrt(scale, out=scale)
     xp.divide(gamma, scale, out=scale)
     shift = xp.multiply(mean, scale)  # beta - mean * scale
     xp.subtract(beta, shift, out=shift)
-    xp.multiply(x, _along(scale, axis, x.ndim), out=out)
-    xp.add(out, _along(shift, axis, x.ndim), out=out)
+    if work == x.dtype:
+        xp.multiply(x, _along(scale, axis, x.ndim), out=out)
+        xp.add(out, _along(shift, axis, x.ndim), out=out)
+        return
+    result = xp.multiply(x.astype(work), _along(scale, axis, x.ndim))
+    xp.add(result, _along(shift, axis, x.ndim), out=result)
+    out[...] = result
 
 
 def _layer_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                 attrs: LayerNormAttrs) -> None:
     x, gamma, beta = inputs
-    out = outputs[0]
     axis = normalize_axis(attrs.axis, x.ndim)
-    xp.subtract(x, xp.mean(x, axis=axis, keepdims=True), out=out)
-    var = xp.mean(xp.multiply(out, out), axis=axis, keepdims=True)
-    xp.add(var, attrs.epsilon, out=var)
-    xp.sqrt(var, out=var)
-    xp.divide(out, var, out=out)
-    xp.multiply(out, _along(gamma, axis, x.ndim), out=out)
-    xp.add(out, _along(beta, axis, x.ndim), out=out)
+    scale, shift = _along(gamma, axis, x.ndim), _along(beta, axis, x.ndim)
+    normalize(xp, [x, scale, shift], outputs,
+              NormalizeAttrs(axes=[axis], epsilon=attrs.epsilon))
 
 
 # --------------------------------------------------------------------------------------------
@@ -675,60 +699,22 @@ def _infer_resize2d(types: Sequence[TensorType], attrs: Resize2DAttrs, data: Seq
     return [TensorType((x.shape[0], x.shape[1], *attrs.size), dtype)]
 
 
-def _resize_coords(n_in: int, n_out: int, mode: str) -> np.ndarray[Any, Any]:
-    """The ONNX source coordinate (float64) of each output index along one axis."""
-    x = np.arange(n_out, dtype=np.float64)
-    if mode == "align_corners":
-        return x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
-    scale = n_out / n_in
-    if mode == "half_pixel":
-        return (x + 0.5) / scale - 0.5
-    return x / scale  # asymmetric
-
-
-def _nearest_index(coords: np.ndarray[Any, Any], n_in: int, mode: str) -> np.ndarray[Any, Any]:
-    if mode == "round_prefer_floor":
-        index = np.ceil(coords - 0.5)
-    elif mode == "round_prefer_ceil":
-        index = np.floor(coords + 0.5)
-    elif mode == "floor":
-        index = np.floor(coords)
-    else:
-        index = np.ceil(coords)
-    return np.clip(index, 0, n_in - 1).astype(np.int64)
+@lru_cache(maxsize=256)
+def _as_resize(attrs: Resize2DAttrs, n: int, c: int) -> ResizeAttrs:
+    """``resize2d`` as the N-d ``resize`` of an ``[n, c, H, W]`` input."""
+    mode = attrs.coordinate_transformation_mode
+    rounding = attrs.nearest_mode or ("floor" if mode == "asymmetric" else "round_prefer_floor")
+    return ResizeAttrs(size=(n, c, *attrs.size),
+                       mode="nearest" if attrs.method == "nearest" else "linear",
+                       coordinate_transformation_mode=mode, nearest_mode=rounding)
 
 
 def _resize2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
               attrs: Resize2DAttrs) -> None:
-    x, out = inputs[0], outputs[0]
-    _, _, h, w = x.shape
-    oh, ow = attrs.size
-    mode = attrs.coordinate_transformation_mode
-    ys, xs = _resize_coords(h, oh, mode), _resize_coords(w, ow, mode)
-    if attrs.method == "nearest":
-        rounding = attrs.nearest_mode or ("floor" if mode == "asymmetric"
-                                          else "round_prefer_floor")
-        rows = _device_const(xp, x, _nearest_index(ys, h, rounding).reshape(oh, 1))
-        cols = _device_const(xp, x, _nearest_index(xs, w, rounding))
-        out[...] = x[:, :, rows, cols]
-        return
-    tables = []
-    for coords, size in ((ys, h), (xs, w)):
-        coords = np.clip(coords, 0, size - 1)
-        low = np.floor(coords).astype(np.int64)
-        high = np.minimum(low + 1, size - 1)
-        t = coords - low
-        tables.append([_device_const(xp, x, v) for v in (
-            low, high, (1 - t).astype(out.dtype), t.astype(out.dtype))])
-    (y0, y1, wy0, wy1), (x0, x1, wx0, wx1) = tables
-    # Along H: rows [N, C, OH, W].
-    rows = xp.multiply(x[:, :, y0], wy0.reshape(oh, 1))
-    lower = xp.multiply(x[:, :, y1], wy1.reshape(oh, 1))
-    xp.add(rows, lower, out=rows)
-    # Along W, into out.
-    xp.multiply(rows[..., x0], wx0, out=out)
-    right = xp.multiply(rows[..., x1], wx1)
-    xp.add(out, right, out=out)
+    # One implementation with ``resize``: exact rational source coordinates, so nearest never
+    # picks the wrong pixel through an inexact float scale.
+    n, c = inputs[0].shape[:2]
+    resize(xp, inputs, outputs, _as_resize(attrs, n, c))
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,10 +24,10 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, broadcast, register_op
-from .convolution import check_float, show, work_dtype
+from .base import Attrs, OpDef, OpError, TensorType, accumulator, broadcast, register_op
+from .convolution import check_float, show
 
-__all__ = ["GroupNormAttrs", "LrnAttrs", "NormalizeAttrs"]
+__all__ = ["GroupNormAttrs", "LrnAttrs", "NormalizeAttrs", "normalize"]
 
 NonNegFloat = Annotated[float, Field(ge=0.0)]
 
@@ -102,18 +102,19 @@ def _infer_normalize(types: Sequence[TensorType], attrs: NormalizeAttrs, data: S
     outs = [TensorType(x.shape, dtype)]
     if attrs.stats:
         kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
-        stat = TensorType(kept, str(work_dtype(dtype)))
+        stat = TensorType(kept, str(accumulator(dtype)))
         outs += [stat, stat]
     return outs
 
 
-def _normalize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+def normalize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                attrs: NormalizeAttrs) -> None:
+    """The compute of ``normalize`` (also of ``layer_norm``); float16 in float32."""
     x, out = inputs[0], outputs[0]
     axes = _axes(attrs.axes, x.ndim)
     if x.size == 0:
         return
-    work = work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     xw = _cast(x, work)
     mean = xp.mean(xw, axis=axes, keepdims=True) if attrs.center else None
     centered = xp.subtract(xw, mean) if mean is not None else xw
@@ -164,7 +165,7 @@ def _group_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         return
     n, c = x.shape[:2]
     g = attrs.num_groups
-    work = work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     grouped = _cast(x, work).reshape(n, g, -1)
     mean = xp.mean(grouped, axis=2, keepdims=True)
     centered = xp.subtract(grouped, mean)
@@ -198,7 +199,7 @@ def _lrn(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: LrnAttrs
     if x.size == 0:
         return
     c = x.shape[1]
-    work = work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     squares = _cast(x, work)
     squares = xp.multiply(squares, squares)
     total = xp.zeros_like(squares)
@@ -217,7 +218,7 @@ def _lrn(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: LrnAttrs
 
 
 register_op(OpDef(name="normalize", attrs=NormalizeAttrs, arity=None, infer=_infer_normalize,
-                  compute=_normalize, num_outputs=lambda attrs: 3 if attrs.stats else 1))
+                  compute=normalize, num_outputs=lambda attrs: 3 if attrs.stats else 1))
 register_op(OpDef(name="group_norm", attrs=GroupNormAttrs, arity=3, infer=_infer_group_norm,
                   compute=_group_norm))
 register_op(OpDef(name="lrn", attrs=LrnAttrs, arity=1, infer=_infer_lrn, compute=_lrn))

@@ -28,8 +28,8 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, register_op
-from .convolution import Window, per_axis, show, work_dtype
+from .base import Attrs, OpDef, OpError, TensorType, accumulator, register_op
+from .convolution import Window, per_axis, show
 
 __all__ = ["AvgPoolAttrs", "LpPoolAttrs", "MaxPoolAttrs", "PoolAttrs"]
 
@@ -229,7 +229,7 @@ def _avg_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     x, out = inputs[0], outputs[0]
     if out.size == 0:
         return
-    work = work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     acc = _sum_pool(xp, x.astype(work) if work != x.dtype else x, out, attrs)
     rank = x.ndim - 2
     strides, dilation, begin, end = _params(attrs, rank)
@@ -248,7 +248,7 @@ def _lp_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     x, out = inputs[0], outputs[0]
     if out.size == 0:
         return
-    work = work_dtype(x.dtype)
+    work = accumulator(x.dtype)
     powered = xp.abs(x.astype(work) if work != x.dtype else x)
     if attrs.p != 1.0:
         xp.power(powered, attrs.p, out=powered)

@@ -7,7 +7,8 @@ as ONNX ``QuantizeLinear``/``DequantizeLinear``:
 
 * ``quantize``: ``clip(round_half_even(x / scale) + zero_point, lo, hi)``, saturating to the
   output dtype's range. The division is done in ``precision`` (default: numpy's promotion of x
-  and the scale, e.g. float32).
+  and the scale, float32 when that is float16 or bfloat16, as ONNX Runtime does); the rounding,
+  the zero point and the saturation in at least float32 (float16 cannot hold 32767).
 * ``dequantize``: ``(x - zero_point) * scale``: the difference is exact (integer), converted to
   float32 (or the scale's dtype when wider), multiplied, and cast to ``dtype``.
 * ``dynamic_quantize``: ONNX ``DynamicQuantizeLinear``: uint8 with a scale and zero point
@@ -22,7 +23,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, normalize_axis, register_op
+from .base import Attrs, OpDef, OpError, TensorType, accumulator, normalize_axis, register_op
 
 __all__ = ["DequantizeAttrs", "DynamicQuantizeAttrs", "QuantizeAttrs"]
 
@@ -116,9 +117,12 @@ def _quantize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     x, scale, out = inputs[0], inputs[1], outputs[0]
     if out.size == 0:
         return
-    work = np.dtype(attrs.precision or np.result_type(x.dtype, scale.dtype))
+    precision = np.dtype(attrs.precision) if attrs.precision else accumulator(
+        np.result_type(x.dtype, scale.dtype))
     s = _expand(xp, scale, x.shape, attrs.axis, attrs.block_size)
-    q = xp.divide(x.astype(work), s.astype(work))
+    q = xp.divide(x.astype(precision), s.astype(precision))
+    work = accumulator(precision)  # integers up to 2**24 are exact: the sum and the clip
+    q = q.astype(work, copy=False)
     xp.rint(q, out=q)  # round half to even
     if len(inputs) == 3:
         zero = _expand(xp, inputs[2], x.shape, attrs.axis, attrs.block_size)

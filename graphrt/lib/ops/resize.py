@@ -21,7 +21,7 @@ never picks the wrong pixel through an inexact float (``(y + 0.5) / 0.6 - 0.5`` 
 * ``tf_half_pixel_for_nn``: ``(y + 1/2) / s`` (ONNX opset 11);
 * ``tf_crop_and_resize``: ``start*(n-1) + y*(end - start)*(n-1)/(w - 1)`` with the axis's
   ``roi`` (start, end), ``(start + end)/2 * (n-1)`` when ``w == 1``; a coordinate outside
-  ``[0, n-1]`` gives ``extrapolation_value``.
+  ``[0, n-1]`` gives ``extrapolation_value`` (which the dtype must hold, as ``pad``'s value).
 
 ``nearest_mode`` rounds the coordinate (``simple``, ONNX Resize-10's rule: floor when the axis
 is upsampled, ceil when it is downsampled), then clamps it to ``[0, n-1]``. ``linear`` and
@@ -41,9 +41,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, register_op
+from .base import Attrs, OpDef, OpError, TensorType, check_fill, register_op
 
-__all__ = ["CoordinateMode", "ResizeAttrs", "axis_table"]
+__all__ = ["CoordinateMode", "ResizeAttrs", "axis_table", "resize"]
 
 Array = np.ndarray[Any, Any]
 
@@ -217,6 +217,8 @@ def _infer_resize(types: Sequence[TensorType], attrs: ResizeAttrs, data: Sequenc
             attrs.roi is None or len(attrs.roi) != 2 * rank):
         raise OpError(f"tf_crop_and_resize needs a roi of {2 * rank} values (starts, then "
                       f"ends), given {None if attrs.roi is None else list(attrs.roi)}")
+    if attrs.coordinate_transformation_mode == "tf_crop_and_resize":
+        check_fill(attrs.extrapolation_value, x.dtype, "resize: extrapolation_value")
     for axis, (n_in, n_out) in enumerate(zip(x.shape, attrs.size, strict=True)):
         if n_in == 0 and n_out > 0:
             raise OpError(f"axis {axis} of the input {x.dtype}{list(x.shape)} is empty, so it "
@@ -236,7 +238,8 @@ def _along(values: Any, axis: int, ndim: int) -> Any:
     return values.reshape((values.shape[0],) + (1,) * (ndim - 1 - axis))
 
 
-def _resize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ResizeAttrs) -> None:
+def resize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ResizeAttrs) -> None:
+    """The compute of ``resize`` (also of ``resize2d``)."""
     (x,), (out,) = inputs, outputs
     if out.size == 0:
         return
@@ -283,4 +286,4 @@ def _resize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Resiz
 
 
 register_op(OpDef(name="resize", attrs=ResizeAttrs, arity=1, infer=_infer_resize,
-                  compute=_resize))
+                  compute=resize))

@@ -19,7 +19,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .base import Attrs, OpDef, OpError, TensorType, normalize_axis, register_op
+from .base import (
+    Attrs,
+    OpDef,
+    OpError,
+    TensorType,
+    check_fill,
+    normalize_axis,
+    register_op,
+)
 
 __all__: list[str] = []
 
@@ -459,10 +467,12 @@ def _slice_plan(name: str, shape: tuple[int, ...], begin: Sequence[int], end: Se
         if stride == 0:
             raise OpError(f"{name}: stride of axis {axis} is 0")
         stop: int | None = end[j] if j < len(end) else None
-        start, stop_, step = slice(begin[j], stop, stride).indices(shape[axis])
-        out[axis] = len(range(start, stop_, step))
-        # a stop of -1 from slice.indices means "before index 0", not "the last element"
-        index[axis] = slice(start, stop_ if stop_ >= 0 else None, step)
+        picked = range(*slice(begin[j], stop, stride).indices(shape[axis]))
+        out[axis] = len(picked)
+        # the same elements as a slice of non-negative bounds (slice.indices gives -1 for
+        # "before index 0", which as a slice bound would mean the last element)
+        index[axis] = (slice(picked.start, picked.stop if picked.stop >= 0 else None, stride)
+                       if picked else slice(0, 0))
     return tuple(index), tuple(out)
 
 
@@ -508,6 +518,15 @@ def _dynamic_slice_infer(types: Sequence[TensorType], attrs: DynamicStridedSlice
     return [TensorType(shape, types[0].dtype)]
 
 
+def _as_int64(xp: Any, values: Any) -> Any:
+    """Integer index values of any dtype as int64, exactly (uint64 above 2**63 - 1 clamps
+    there, which no axis length reaches), so index arithmetic neither overflows nor mixes
+    signed and unsigned."""
+    if values.dtype == np.uint64:
+        values = xp.minimum(values, np.uint64(np.iinfo(np.int64).max))
+    return values.astype(np.int64)
+
+
 def _dynamic_slice_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                            attrs: DynamicStridedSliceAttrs) -> None:
     """Gather along each sliced axis with indices computed on the device.
@@ -516,15 +535,16 @@ def _dynamic_slice_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any
     length; begin and strides are read where they live, so running the kernel moves nothing
     to the host (only the shape function's inputs cross, once).
     """
-    x, begin, _, strides = inputs
-    out = outputs[0]
+    x, out = inputs[0], outputs[0]
+    begin, strides = _as_int64(xp, inputs[1]), _as_int64(xp, inputs[3])
     if begin.shape[0] > x.ndim:
         raise OpError(f"dynamic_strided_slice: begin has {begin.shape[0]} values but the input "
                       f"is {x.ndim}-D (shape {list(x.shape)})")
     result = x
     for axis in range(begin.shape[0]):
         n, m = x.shape[axis], out.shape[axis]
-        first = xp.where(begin[axis] < 0, begin[axis] + n, begin[axis])
+        first = xp.clip(begin[axis], -n - 1, n)  # the same slice, and no overflow below
+        first = xp.where(first < 0, first + n, first)
         if axis < strides.shape[0]:
             step = strides[axis]
             first = xp.where(step > 0, xp.clip(first, 0, n), xp.clip(first, -1, n - 1))
@@ -659,8 +679,10 @@ register_op(OpDef(name="gather", attrs=GatherAttrs, arity=2, infer=_gather_infer
 
 class PadAttrs(Attrs):
     """``pad_width``: ``(before, after)`` per axis (non-negative). ``mode``: ``"constant"``
-    fills ``pad_value`` (cast to the dtype), ``"edge"`` repeats the border element,
-    ``"reflect"`` mirrors without repeating the border (each width at most dim - 1)."""
+    fills ``pad_value``, which the dtype must hold (integer dtypes: an integer in range;
+    floats: a value in the finite range, an infinity or nan; else the shape function refuses
+    it), ``"edge"`` repeats the border element, ``"reflect"`` mirrors without repeating the
+    border (each width at most dim - 1)."""
 
     pad_width: list[tuple[int, int]]
     pad_value: float = 0.0
@@ -684,6 +706,8 @@ def _pad_infer(types: Sequence[TensorType], attrs: PadAttrs,
         if attrs.mode == "reflect" and max(lo, hi) > dim - 1:
             raise OpError(f"pad: reflect mode pads axis {axis} of size {dim} by at most "
                           f"{max(dim - 1, 0)} per side, given {list(attrs.pad_width[axis])}")
+    if attrs.mode == "constant":
+        check_fill(attrs.pad_value, src.dtype, "pad: pad_value")
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(src.shape, attrs.pad_width, strict=True))
     return [TensorType(shape, src.dtype)]
 
