@@ -26,6 +26,11 @@ def gpu_available() -> bool:
     return True
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run the fuzz targets' long budget (also GRAPHRT_FUZZ_LONG=1)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if gpu_available():
         return
