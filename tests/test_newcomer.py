@@ -138,3 +138,9 @@ def test_index_lookups_refuse_names_that_are_not_str() -> None:
             with pytest.raises(graphrt.InputError, match="name is a str, given"):
                 lookup(bad)  # type: ignore[arg-type]
     assert mod.get_input_index("x") == 0 and mod.get_input_index("nope") == -1
+
+
+def test_output_aliases_group_every_shared_name() -> None:
+    graph = graphrt.load_graph(alike_outputs())
+    assert dict(graph.output_aliases) == {"reshape_nop": ("reshape_nop#0", "reshape_nop#1"),
+                                          "tail": ("tail#2", "tail#3")}

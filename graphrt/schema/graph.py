@@ -335,8 +335,11 @@ def build_graph(spec: GraphSpec) -> Graph:
     shared = {base for base, count in Counter(bases).items() if count > 1}
     output_names = tuple(f"{base}#{i}" if base in shared else base
                          for i, base in enumerate(bases))
-    aliases = {base: tuple(name for name, b in zip(output_names, bases, strict=True)
-                           if b == base) for base in sorted(shared)}
+    grouped: dict[str, list[str]] = {}
+    for name, base in zip(output_names, bases, strict=True):
+        if base in shared:
+            grouped.setdefault(base, []).append(name)
+    aliases = {base: tuple(grouped[base]) for base in sorted(grouped)}
     graph = Graph(tuple(nodes), tuple(entries), arg_nodes, heads,
                   tuple(nodes[nid].name for nid in arg_nodes), output_names,
                   MappingProxyType(shape_vars), MappingProxyType(_var_binders(nodes, entries,
