@@ -30,6 +30,7 @@ import argparse
 import importlib.util
 import json
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -109,17 +110,28 @@ def build(models: ModuleType, name: str, batch: int) -> Any:
     raise SystemExit(f"unknown model {name!r} (resnet50, mobilenet_v2, bert)")
 
 
+SETTLE_S = 0.01
+"""Pause before each timed call: ONNX Runtime's pool threads spin for a while after a run and
+hold the second core, which slowed whichever contender came next by up to 2x here (numpy's
+BLAS wants both cores)."""
+
+
 def interleaved(contenders: dict[str, Callable[[], Any]], warmup: int, repeat: int
                 ) -> dict[str, float]:
-    """Median seconds of each contender, run alternately after ``warmup`` rounds."""
+    """Median seconds of each contender, run alternately after ``warmup`` rounds, in a new
+    (seeded) order every round and each after a pause of :data:`SETTLE_S`, so that no
+    contender always follows the same one."""
     for _ in range(warmup):
         for fn in contenders.values():
             fn()
-    times: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    order = random.Random(0)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(repeat):
-        for name, fn in contenders.items():
+        for name in order.sample(names, len(names)):
+            time.sleep(SETTLE_S)
             start = time.perf_counter()
-            fn()
+            contenders[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 

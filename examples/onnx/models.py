@@ -1,4 +1,6 @@
-"""ONNX models built with ``onnx.helper`` (no PyTorch): ResNet-50, MobileNetV2, a BERT encoder.
+"""ONNX models built with ``onnx.helper`` (no PyTorch): ResNet-18/50, MobileNetV2, a BERT encoder.
+
+Also three small benchmark graphs (``chain``, ``mlp``, ``branches``) for ``benchmarks/peers.py``.
 
 Each builder lays the model out the way exporters write it (batch norms unfolded after every
 convolution, ``Shape → Gather → Unsqueeze → Concat → Reshape`` head splits, Gelu through
@@ -10,6 +12,7 @@ comparison between two runtimes meaningful. The same seed gives the same weights
 Usage::
 
     python examples/onnx/models.py resnet50 -o resnet50.onnx [--batch 1]
+    python examples/onnx/models.py resnet18 -o resnet18.onnx [--batch 1]
     python examples/onnx/models.py mobilenet_v2 -o mobilenet_v2.onnx
     python examples/onnx/models.py bert -o bert.onnx [--seq 128 --layers 4 --symbolic]
 """
@@ -25,7 +28,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["bert_encoder", "check", "mobilenet_v2", "resnet50", "sample_inputs"]
+__all__ = ["bert_encoder", "branches", "chain", "check", "mlp", "mobilenet_v2", "resnet18",
+           "resnet50", "sample_inputs"]
 
 IR_VERSION = 8  # readable by every onnxruntime that supports opset 17
 
@@ -122,42 +126,88 @@ def _classifier(net: _Net, x: str, features: int, classes: int) -> None:
         name="/fc/Gemm", alpha=1.0, beta=1.0, transB=1))
 
 
+def _bottleneck(net: _Net, x: str, p: str, c_in: int, width: int, stride: int) -> str:
+    """ResNet-50's block: 1x1 reduce, 3x3 (carrying the stride), 1x1 expand to 4x width."""
+    h = net.node("Relu", [_conv_bn(net, x, f"{p}/conv1", c_in, width, 1)], f"{p}/relu/Relu")
+    h = net.node("Relu", [_conv_bn(net, h, f"{p}/conv2", width, width, 3, stride)],
+                 f"{p}/relu_1/Relu")
+    # A small last gamma keeps the residual sum from doubling its variance per block.
+    h = _conv_bn(net, h, f"{p}/conv3", width, width * 4, 1, gamma=0.3)
+    return _residual(net, x, h, p, c_in, width * 4, stride)
+
+
+def _basic_block(net: _Net, x: str, p: str, c_in: int, width: int, stride: int) -> str:
+    """ResNet-18's block: two 3x3 convolutions, the first carrying the stride."""
+    h = net.node("Relu", [_conv_bn(net, x, f"{p}/conv1", c_in, width, 3, stride)],
+                 f"{p}/relu/Relu")
+    h = _conv_bn(net, h, f"{p}/conv2", width, width, 3, gamma=0.3)
+    return _residual(net, x, h, p, c_in, width, stride)
+
+
+def _residual(net: _Net, x: str, h: str, p: str, c_in: int, c_out: int, stride: int) -> str:
+    """``relu(h + shortcut)``, the shortcut a 1x1 projection where the shape changes."""
+    short = x
+    if stride != 1 or c_in != c_out:
+        short = _conv_bn(net, x, f"{p}/downsample", c_in, c_out, 1, stride)
+    return net.node("Relu", [net.node("Add", [h, short], f"{p}/Add")], f"{p}/relu_2/Relu")
+
+
+def _resnet(name: str, doc: str, block: Callable[..., str], depths: Sequence[int],
+            expansion: int, batch: int, dtype: str, opset: int, image: int, classes: int,
+            symbolic: bool, seed: int, width: int) -> onnx.ModelProto:
+    """torchvision's ResNet layout: 7x7 stride-2 stem, 3x3 max pool, four stages of
+    ``block`` (stride 2 in the first block of stages 2-4), global average pool, Gemm."""
+    if opset < 9:
+        raise ValueError(f"{name} needs opset >= 9, given {opset}")
+    net = _Net(dtype, opset, seed)
+    x = _conv_bn(net, "input", "/conv1", 3, width, 7, stride=2)
+    x = net.node("Relu", [x], "/relu/Relu")
+    x = net.node("MaxPool", [x], "/maxpool/MaxPool", kernel_shape=[3, 3], strides=[2, 2],
+                 pads=[1, 1, 1, 1])
+    c_in = width
+    for stage, blocks in enumerate(depths, start=1):
+        stage_width = width << (stage - 1)
+        for i in range(blocks):
+            stride = 2 if i == 0 and stage > 1 else 1
+            x = block(net, x, f"/layer{stage}/layer{stage}.{i}", c_in, stage_width, stride)
+            c_in = stage_width * expansion
+    _classifier(net, x, c_in, classes)
+    inputs, outputs = _image_io(net, "batch" if symbolic else batch, image, classes)
+    return net.model(name, inputs, outputs, doc)
+
+
 def resnet50(batch: int = 1, dtype: str = "float32", opset: int = 13, image: int = 224,
-             classes: int = 1000, symbolic: bool = False, seed: int = 0) -> onnx.ModelProto:
+             classes: int = 1000, symbolic: bool = False, seed: int = 0,
+             width: int = 64) -> onnx.ModelProto:
     """ResNet-50 v1.5: 7x7 stem, max pool, bottlenecks [3, 4, 6, 3] (stride in the 3x3),
     projection shortcuts, a BatchNormalization after every convolution, global average pool,
     Gemm to ``classes``.
 
     Input ``input`` [batch, 3, image, image] (the batch named ``"batch"`` when ``symbolic``),
-    output ``logits`` [batch, classes]. Opsets 9 and later.
+    output ``logits`` [batch, classes]. ``width`` is the first stage's (64 in torchvision; a
+    smaller one makes a small model of the same layout). Opsets 9 and later.
     """
-    if opset < 9:
-        raise ValueError(f"resnet50 needs opset >= 9, given {opset}")
-    net = _Net(dtype, opset, seed)
-    x = _conv_bn(net, "input", "/conv1", 3, 64, 7, stride=2)
-    x = net.node("Relu", [x], "/relu/Relu")
-    x = net.node("MaxPool", [x], "/maxpool/MaxPool", kernel_shape=[3, 3], strides=[2, 2],
-                 pads=[1, 1, 1, 1])
-    c_in = 64
-    for stage, (width, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3),
-                                                strict=True), start=1):
-        for block in range(blocks):
-            p = f"/layer{stage}/layer{stage}.{block}"
-            stride = 2 if block == 0 and stage > 1 else 1
-            h = net.node("Relu", [_conv_bn(net, x, f"{p}/conv1", c_in, width, 1)],
-                         f"{p}/relu/Relu")
-            h = net.node("Relu", [_conv_bn(net, h, f"{p}/conv2", width, width, 3, stride)],
-                         f"{p}/relu_1/Relu")
-            # A small last gamma keeps the residual sum from doubling its variance per block.
-            h = _conv_bn(net, h, f"{p}/conv3", width, width * 4, 1, gamma=0.3)
-            short = x
-            if stride != 1 or c_in != width * 4:
-                short = _conv_bn(net, x, f"{p}/downsample", c_in, width * 4, 1, stride)
-            x = net.node("Relu", [net.node("Add", [h, short], f"{p}/Add")], f"{p}/relu_2/Relu")
-            c_in = width * 4
-    _classifier(net, x, c_in, classes)
-    inputs, outputs = _image_io(net, "batch" if symbolic else batch, image, classes)
-    return net.model("resnet50", inputs, outputs, "ResNet-50 v1.5, random weights")
+    return _resnet("resnet50", "ResNet-50 v1.5, random weights", _bottleneck, (3, 4, 6, 3), 4,
+                   batch, dtype, opset, image, classes, symbolic, seed, width)
+
+
+def resnet18(batch: int = 1, dtype: str = "float32", opset: int = 13, image: int = 224,
+             classes: int = 1000, symbolic: bool = False, seed: int = 0,
+             width: int = 64) -> onnx.ModelProto:
+    """ResNet-18 as torchvision lays it out: 7x7 stem, max pool, basic blocks [2, 2, 2, 2] of
+    two 3x3 convolutions each (stride 2 in the first of stages 2-4), projection shortcuts
+    where the shape changes, a BatchNormalization after every convolution, global average pool,
+    Gemm to ``classes``.
+
+    Input ``input`` [batch, 3, image, image], output ``logits`` [batch, classes]; ``width``
+    and ``symbolic`` as in :func:`resnet50`. Opsets 9 and later.
+
+    >>> model = resnet18(image=32, classes=10, width=8)
+    >>> sum(node.op_type == "Conv" for node in model.graph.node)
+    20
+    """
+    return _resnet("resnet18", "ResNet-18, random weights", _basic_block, (2, 2, 2, 2), 1,
+                   batch, dtype, opset, image, classes, symbolic, seed, width)
 
 
 def mobilenet_v2(batch: int = 1, dtype: str = "float32", opset: int = 13, image: int = 224,
@@ -351,6 +401,81 @@ def bert_encoder(batch: int = 1, seq: int = 128, layers: int = 4, hidden: int = 
                      {"vocab_size": str(vocab)})
 
 
+def chain(nodes: int = 1000, width: int = 16, batch: int = 1, seed: int = 0
+          ) -> onnx.ModelProto:
+    """``nodes`` tiny elementwise ops in a row, alternately ``Add`` and ``Mul`` with a constant
+    initializer each (offsets of order 0.1, factors in [0.95, 1.05]): a dispatch benchmark.
+
+    Input ``input`` [batch, width], output ``output`` of the same shape, float32.
+
+    >>> [node.op_type for node in chain(nodes=3).graph.node]
+    ['Add', 'Mul', 'Add']
+    """
+    net = _Net("float32", 13, seed)
+    x = "input"
+    for i in range(nodes):
+        op, c = (("Add", net.rng.normal(0.0, 0.1, width)) if i % 2 == 0 else
+                 ("Mul", net.rng.uniform(0.95, 1.05, width)))
+        out = "output" if i == nodes - 1 else f"/{op}_{i}_output_0"
+        net.nodes.append(helper.make_node(op, [x, net.weight(f"c{i}", c)], [out],
+                                          name=f"/{op}_{i}"))
+        x = out
+    io = [helper.make_tensor_value_info(name, net.elem, [batch, width])
+          for name in ("input", "output")]
+    return net.model("chain", io[:1], io[1:], f"{nodes}-node Add/Mul chain, random constants")
+
+
+def mlp(batch: int = 1, width: int = 1024, layers: int = 4, seed: int = 0) -> onnx.ModelProto:
+    """``layers`` fully connected layers of ``width`` as torch.onnx exports ``nn.Linear``
+    (``Gemm`` with ``transB=1``), a ``Relu`` between them, float32, He-initialized.
+
+    Input ``input`` [batch, width], output ``output`` [batch, width].
+
+    >>> [node.op_type for node in mlp(width=8, layers=2).graph.node]
+    ['Gemm', 'Relu', 'Gemm']
+    """
+    net = _Net("float32", 13, seed)
+    x = "input"
+    for i in range(layers):
+        w = net.weight(f"fc{i}.weight", net.rng.standard_normal((width, width))
+                       * math.sqrt(2 / width))
+        b = net.weight(f"fc{i}.bias", net.rng.normal(0.0, 0.01, width))
+        last = i == layers - 1
+        out = "output" if last else f"/fc{i}/Gemm_output_0"
+        net.nodes.append(helper.make_node("Gemm", [x, w, b], [out], name=f"/fc{i}/Gemm",
+                                          alpha=1.0, beta=1.0, transB=1))
+        x = out if last else net.node("Relu", [out], f"/relu{i}/Relu")
+    io = [helper.make_tensor_value_info(name, net.elem, [batch, width])
+          for name in ("input", "output")]
+    return net.model("mlp", io[:1], io[1:], f"MLP {layers}x{width}, random weights")
+
+
+def branches(size: int = 512, count: int = 8, depth: int = 2, seed: int = 0
+             ) -> onnx.ModelProto:
+    """``count`` independent chains of ``depth`` ``MatMul``s by [size, size] weights, all
+    reading the one input and added up by one ``Sum``: inter-op parallelism.
+
+    Input ``input`` [size, size], output ``output`` [size, size], float32.
+
+    >>> [node.op_type for node in branches(size=4, count=2, depth=1).graph.node]
+    ['MatMul', 'MatMul', 'Sum']
+    """
+    net = _Net("float32", 13, seed)
+    heads = []
+    for b in range(count):
+        x = "input"
+        for d in range(depth):
+            w = net.weight(f"branch{b}.{d}.weight",
+                           net.rng.standard_normal((size, size)) / math.sqrt(size))
+            x = net.node("MatMul", [x, w], f"/branch{b}/MatMul_{d}")
+        heads.append(x)
+    net.nodes.append(helper.make_node("Sum", heads, ["output"], name="/Sum"))
+    io = [helper.make_tensor_value_info(name, net.elem, [size, size])
+          for name in ("input", "output")]
+    return net.model("branches", io[:1], io[1:],
+                     f"{count} branches of {depth} {size}x{size} MatMuls, random weights")
+
+
 def sample_inputs(model: onnx.ModelProto, sizes: Mapping[str, int] | None = None,
                   seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for one of these models; ``sizes`` gives its symbolic dimensions.
@@ -402,7 +527,8 @@ def check(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.nd
 
 
 BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
-    "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert": bert_encoder}
+    "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
+    "bert": bert_encoder}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
