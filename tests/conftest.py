@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,10 @@ import pytest
 
 import graphrt
 from graphrt.devices import locate
+
+# The compiled-fusion cache of this test session (subprocesses inherit it): the tests never
+# write into the user's ~/.cache.
+os.environ.setdefault("GRAPHRT_CACHE_DIR", tempfile.mkdtemp(prefix="graphrt-test-cache-"))
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
 MODELS = EXAMPLES.parent / "models"

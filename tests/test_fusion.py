@@ -49,3 +49,8 @@ def test_mixed_dtypes_are_named_in_c() -> None:
     assert kernel_source(run, steps, types) == (
         "float64 x0, float64 x1", "float64 y",
         "bool t0 = (bool)(x0 > x1);\ny = (double)(t0 ? x0 : x1);")
+
+
+def test_a_name_read_twice_by_one_step_is_one_input() -> None:
+    steps = [("in0 * in1", ("x", "x"), ("t",)), ("in0 - in1", ("t", "m"), ("y",))]
+    assert elementwise_runs(steps, exported={"y"}) == [ElementwiseRun(0, 1, ("x", "m"), "y")]

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import GraphFormatError, describe
 from ..jsondoc import describe_validation_error, read_json
+from .cpu_fusion import fused_runs
 from .fusion import compile_run, elementwise_runs, kernel_source
 from .lowering import LoweredCall, Lowering
 from .ops import OpDef, OpError, TensorType, get_op
@@ -192,7 +194,8 @@ class FusedFunction:
             inputs, outputs: the node's entry types, in order (planned shapes when dynamic).
             xp: the array namespace of the node's device (numpy or cupy).
             where: how errors name the node (``"node 5 'fused_add'"``).
-            fuse: fuse runs of elementwise steps into one compiled kernel (cuda).
+            fuse: fuse runs of elementwise steps into one compiled kernel (a cupy
+                ElementwiseKernel on cuda; a numba loop on cpu, static shapes only).
             dynamic: the node's shapes vary from run to run, up to the planned ones given; the
                 lowering then says how to size the intermediates for each run's shapes.
 
@@ -210,7 +213,9 @@ class FusedFunction:
             if types[out] != expected:
                 raise _fail(self.name, f" at {where}", f"output {describe(out)} is "
                             f"{_show(types[out])} but the graph's entry is {_show(expected)}")
-        calls = self._calls(types, fuse=fuse, xp=xp)
+        workspaces = self._workspaces(types, xp)
+        calls = self._calls(types, workspaces, xp=xp,
+                            fuse=fuse and not (dynamic and xp is np))  # cpu: static only
         slots = {arg: i for i, arg in enumerate((*spec.inputs, *spec.outputs))}
         names: list[Name] = []  # the intermediates, in slot order
         for _, _, outs in calls:
@@ -228,9 +233,13 @@ class FusedFunction:
         if dynamic and names:
             def intermediates(actual: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
                 found = self._types(actual, where)
+                for workspace in self._workspaces(found, xp):
+                    found.update(workspace)
                 return tuple(found[name] for name in names)
 
             resize = lru_cache(maxsize=_CACHED_SHAPES)(intermediates)
+        for workspace in workspaces:
+            types.update(workspace)
         return Lowering(lowered, len(slots) - len(names), tuple(types[n] for n in names),
                         tuple(lifetimes), resize)
 
@@ -244,15 +253,33 @@ class FusedFunction:
                              strict=True))
         return types
 
-    def _calls(self, types: dict[Name, TensorType], *, fuse: bool,
+    def _workspaces(self, types: dict[Name, TensorType], xp: Any
+                    ) -> list[dict[Name, TensorType]]:
+        """Per step, the workspace its op declares (:data:`graphrt.lib.ops.base.Workspace`) by
+        name: intermediates that live for that one call, passed after its outputs."""
+        found = []
+        for index, step in enumerate(self.steps):
+            declare = step.op.workspace
+            arrays = declare(xp, [types[a] for a in step.inputs], step.attrs) if declare else []
+            found.append({f"\0workspace {index}.{k}": t for k, t in enumerate(arrays)})
+        return found
+
+    def _calls(self, types: dict[Name, TensorType], workspaces: list[dict[Name, TensorType]],
+               *, fuse: bool,
                xp: Any) -> list[tuple[Callable[..., None], tuple[Name, ...], tuple[Name, ...]]]:
         """The kernel calls a lowered function makes: one per step, or per fused elementwise
-        run, each a positional kernel over its input and output names."""
+        run, each a positional kernel over its input and output names (outputs followed by
+        the step's workspace)."""
         calls = [(step.op.positional(xp, step.attrs, len(step.inputs)), step.inputs,
-                  step.outputs) for step in self.steps]
+                  (*step.outputs, *workspace))
+                 for step, workspace in zip(self.steps, workspaces, strict=True)]
         if not fuse:
             return calls
         info = [(step.op.elementwise, step.inputs, step.outputs) for step in self.steps]
+        if xp is np:  # cpu: each run one numba loop (none without numba)
+            for run, kernel in reversed(fused_runs(info, set(self.spec.outputs), types)):
+                calls[run.first : run.last + 1] = [(kernel, run.inputs, (run.output,))]
+            return calls
         for run in reversed(elementwise_runs(info, set(self.spec.outputs))):
             try:
                 source = kernel_source(run, info, types)

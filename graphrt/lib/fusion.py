@@ -72,7 +72,8 @@ def elementwise_runs(steps: Sequence[tuple[str | None, tuple[str, ...], tuple[st
             produced = {steps[k][2][0] for k in range(start, best + 1)}
             inputs: list[str] = []
             for k in range(start, best + 1):
-                inputs += [n for n in steps[k][1] if n not in produced and n not in inputs]
+                inputs += [n for n in dict.fromkeys(steps[k][1])  # x * x reads x once
+                           if n not in produced and n not in inputs]
             runs.append(ElementwiseRun(start, best, tuple(inputs), steps[best][2][0]))
             start = best + 1
         else:

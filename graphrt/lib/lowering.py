@@ -2,7 +2,9 @@
 
 The lib never allocates. :meth:`FusedFunction.lower` returns a :class:`Lowering`: the calls
 (each a positional kernel and the indices of the arrays it takes), the types of the
-intermediates, and when each intermediate is first written and last read. The executor plans
+intermediates, and when each intermediate is first written and last read. An op's workspace
+(:data:`graphrt.lib.ops.base.Workspace`, e.g. a convolution's im2col) is an intermediate written
+and last read by its one call, passed after that call's outputs. The executor plans
 the intermediates as scratch memory (reused across nodes, and within a node by those
 lifetimes), binds the calls to its arrays once, and counts the scratch in ``memory()``, the
 placement report and the capacity check.

@@ -32,6 +32,7 @@ __all__ = [
     "OpDef",
     "OpError",
     "TensorType",
+    "Workspace",
     "accumulator",
     "broadcast",
     "check_fill",
@@ -77,6 +78,14 @@ host numpy array when the op declares that input data-dependent, else None."""
 Compute = Callable[[Any, Sequence[Any], Sequence[Any], Any], None]
 """``compute(xp, inputs, outputs, attrs)``: write the outputs (destination-passing)."""
 
+Workspace = Callable[[Any, Sequence[TensorType], Any], list[TensorType]]
+"""``workspace(xp, input_types, attrs)``: the scratch arrays one call of the op needs in
+namespace ``xp`` (their types follow from the inputs' types and the attributes).
+
+The executor plans them as intermediates that live only for that call and passes them after
+the outputs: ``compute`` then finds them in ``outputs[n_outputs:]``, holding garbage. A plain
+call (:meth:`OpDef.positional` over inputs and outputs only) passes none: the op allocates."""
+
 KernelFactory = Callable[[Any, Any], Callable[..., None]]
 """``factory(xp, attrs)``: a kernel called as ``kernel(*inputs, *outputs)``, specialized once
 for its namespace and attributes, so a call costs what a hand-written kernel costs."""
@@ -104,6 +113,7 @@ class OpDef:
         devices: the device types (``"cpu"``, ``"cuda"``, ``"sim"``) that implement the op,
             or None for every device; the ONNX frontend places a step on the first preferred
             device type listed here.
+        workspace: the op's scratch arrays (see :data:`Workspace`), or None for none.
     """
 
     name: str
@@ -116,9 +126,11 @@ class OpDef:
     elementwise: str | None = None
     kernel: KernelFactory | None = None
     devices: frozenset[str] | None = None
+    workspace: Workspace | None = None
 
     def positional(self, xp: Any, attrs: Any, n_inputs: int) -> Callable[..., None]:
-        """This op as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``."""
+        """This op as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``
+        (``kernel(*inputs, *outputs, *workspace)`` where the caller planned a workspace)."""
         if self.kernel is not None:
             return self.kernel(xp, attrs)
         compute = self.compute

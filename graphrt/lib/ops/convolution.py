@@ -2,8 +2,9 @@
 
 * ``conv``: data ``[N, C, *spatial]`` (any number >= 1 of spatial axes), weight
   ``[O, C/groups, *kernel]``, optional bias ``[O]``. ``padding`` lists the begin pads of every
-  spatial axis, then the end pads (ONNX ``pads``). Lowered to im2col (one strided copy per kernel
-  offset) and one batched ``matmul`` covering every group.
+  spatial axis, then the end pads (ONNX ``pads``). See :class:`ConvPlan`: im2col into a
+  workspace the executor plans (``OpDef.workspace``) and one GEMM over the batch or one per
+  large image, 1x1 without im2col, 2-D depthwise as shifted multiply-adds.
 * ``conv_transpose``: weight ``[C, O/groups, *kernel]``; one ``matmul`` then col2im (a strided
   add per kernel offset). Output size per axis ``(in - 1) * stride + dilation * (k - 1) + 1 +
   output_padding - pad_begin - pad_end``; pads may be negative (the output grows, the extra
@@ -21,6 +22,8 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 from typing import Annotated, Any
 
@@ -216,41 +219,333 @@ def _finish(xp: Any, acc: Any, out: Any) -> None:
         out[...] = acc
 
 
-def _conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ConvAttrs) -> None:
+Index = tuple[slice | int, ...]
+
+
+@dataclass(frozen=True)
+class Planes:
+    """Depthwise geometry (2-D): the padded data split by stride phase into planes
+    ``[H/sh, W/sw]`` (``planes[a*sw + b][r, q] = padded[r*sh + a, q*sw + b]``), so that every
+    kernel offset reads one plane at a flat offset with stride 1 over "wide" output rows of
+    the planes' width (the columns past the output width are computed and dropped).
+
+    Attributes:
+        width: the planes' width (and the wide rows').
+        length: wide output elements computed: ``(OH - 1) * width + OW``.
+        fills: per plane: (index, plane region, data region, regions left zero).
+        taps: per kernel offset: (plane, flat offset in the plane).
+    """
+
+    width: int
+    length: int
+    fills: tuple[tuple[int, Index, Index, tuple[Index, ...]], ...]
+    taps: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """How one convolution runs at given shapes, and the workspace it needs.
+
+    Two algorithms:
+
+    * GEMM: im2col into ``cols`` ``[G, C/G*K, N*OUT]`` (one strided copy per kernel offset,
+      zeros written only where the window reads padding), one matmul per group over the
+      whole batch into ``result`` ``[O, N*OUT]``, then one pass moving it to NCHW and adding
+      the bias; or, for one image or large ones (``per_image``), a matmul per image straight
+      into the output, where a 1x1 convolution of stride 1 without padding reads the data as
+      its own im2col (no ``cols``). The bias is added in place.
+    * depthwise (2-D, one input channel per group, any channel multiplier; see
+      :class:`Planes`): the data copied once into ``cols`` (the stride-phase planes, zeros
+      only in their borders), then per kernel offset ``acc += plane[offset:] * weight[:, k]``
+      over contiguous wide rows into ``result``, a few channels at a time so that they stay
+      in cache (``temp`` holds one block's products), then one pass into the output with the
+      bias.
+
+    Attributes:
+        work: the dtype products and sums are computed in.
+        cols, result, temp: workspace shapes (None: not needed).
+        planes: the depthwise geometry, None for GEMM.
+        per_image: GEMM, one matmul per image (and group) into the output, with ``cols``
+            ``[N, G, C/G*K, OUT]`` (and ``result`` ``[N, O, OUT]`` when the output's dtype is
+            not the work dtype): for one image, or images large enough that a GEMM per image
+            runs as fast as one over the batch.
+        chunk: depthwise channels per block.
+        taps: GEMM, per kernel offset with valid positions: (flat offset, output region, data
+            region).
+        borders: GEMM, per kernel offset: the regions of its im2col slab that read padding.
+    """
+
+    work: str
+    cols: tuple[int, ...] | None
+    result: tuple[int, ...] | None
+    temp: tuple[int, ...] | None
+    planes: Planes | None = None
+    per_image: bool = False
+    chunk: int = 0
+    taps: tuple[tuple[int, Index, Index], ...] = ()
+    borders: tuple[tuple[Index, ...], ...] = ()
+
+    def workspace(self) -> list[TensorType]:
+        """The workspace arrays ``cols, result, temp``, in the order the kernel takes them
+        after its output; one not needed at these shapes is empty, so that a node whose
+        shapes change between runs always declares the same three."""
+        return [TensorType(shape or (0,), self.work)
+                for shape in (self.cols, self.result, self.temp)]
+
+
+_PER_IMAGE = 784
+"""Output positions per image from which a GEMM per image (written straight into the NCHW
+output) beats one GEMM over the batch (which must be moved to NCHW after): measured on
+ResNet layers, 28x28 and larger."""
+
+_BLOCK = 1 << 16
+"""Depthwise accumulator elements per block on the host (256 KiB of float32, L2-resident)."""
+
+
+@lru_cache(maxsize=512)
+def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtype: str,
+              gemm: str, host: bool, groups: int, strides: tuple[int, ...],
+              dilation: tuple[int, ...], begin: tuple[int, ...]) -> ConvPlan:
+    """The :class:`ConvPlan` of a convolution of data ``x``, weight ``w`` into ``out`` (shapes)
+    of ``dtype`` whose matrix products run in ``gemm`` (:func:`gemm_dtype`); ``host``: the
+    array namespace is numpy (cpu, sim), else cupy.
+
+    Example:
+        >>> plan = conv_plan((8, 512, 7, 7), (512, 512, 3, 3), (8, 512, 7, 7), "float32",
+        ...                  "float32", True, 1, (1, 1), (1, 1), (1, 1))
+        >>> plan.per_image, plan.cols, plan.result  # one GEMM over the batch
+        (False, (1, 4608, 392), (512, 392))
+    """
+    n = x[0]
+    kernel, space, out_space = w[2:], x[2:], out[2:]
+    cg, ksize, osize = w[1], prod(kernel), prod(out_space)
+    if groups > 1 and cg == 1 and len(space) == 2:
+        return _depthwise_plan(x, w, out, accumulator(dtype).name, host, strides, dilation,
+                               begin)
+    taps = []
+    borders = []
+    for flat, offset in enumerate(itertools.product(*(range(k) for k in kernel))):
+        ranges = [window_range(k * d, p, s, n_src, n_dst) for k, s, d, p, n_src, n_dst in
+                  zip(offset, strides, dilation, begin, space, out_space, strict=True)]
+        borders.append(_padding_regions(ranges, out_space))
+        if all(d1 > d0 for d0, d1, _ in ranges):
+            taps.append((flat, *_regions(ranges, strides)))
+    per_image = n == 1 or osize >= _PER_IMAGE
+    own = (per_image and ksize == 1 and all(s == 1 for s in strides) and not any(begin)
+           and out_space == space and gemm == dtype)
+    rows = cg * ksize
+    cols = None if own else (n, groups, rows, osize) if per_image else (groups, rows, n * osize)
+    result = (None if per_image and gemm == dtype else (n, w[0], osize) if per_image
+              else (w[0], n * osize))
+    return ConvPlan(gemm, cols, result, None, per_image=per_image, taps=tuple(taps),
+                    borders=tuple(borders))
+
+
+def _regions(ranges: Sequence[tuple[int, int, int]], strides: Sequence[int]
+             ) -> tuple[Index, Index]:
+    """The destination and source regions of per-axis :func:`window_range` results."""
+    dst = tuple(slice(d0, d1) for d0, d1, _ in ranges)
+    src = tuple(slice(s0, s0 + (d1 - d0 - 1) * s + 1, s)
+                for (d0, d1, s0), s in zip(ranges, strides, strict=True))
+    return dst, src
+
+
+def _depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], work: str,
+                    host: bool, strides: tuple[int, ...], dilation: tuple[int, ...],
+                    begin: tuple[int, ...]) -> ConvPlan:
+    (n, c, h, wd), (o, _, kh, kw), (oh, ow) = x, w, out[2:]
+    (sh, sw), (dh, dw), (pt, pl) = strides, dilation, begin
+    # Planes cover every padded row and column a window reads.
+    rows = -(-((oh - 1) * sh + (kh - 1) * dh + 1) // sh)
+    width = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    fills = []
+    for a, b in itertools.product(range(sh), range(sw)):
+        ranges = [window_range(a, pt, sh, h, rows), window_range(b, pl, sw, wd, width)]
+        if all(d1 > d0 for d0, d1, _ in ranges):
+            dst, src = _regions(ranges, strides)
+        else:
+            dst, src = (), ()
+        fills.append((a * sw + b, dst, src, _padding_regions(ranges, (rows, width))))
+    taps = tuple(((i * dh % sh) * sw + j * dw % sw, (i * dh // sh) * width + j * dw // sw)
+                 for i, j in itertools.product(range(kh), range(kw)))
+    length = (oh - 1) * width + ow
+    m = o // c
+    chunk = max(1, min(c, _BLOCK // (n * m * length))) if host else c
+    planes = Planes(width, length, tuple(fills), taps)
+    return ConvPlan(work, (sh * sw, n, c, rows * width), (n, c, m, oh * width),
+                    (n, chunk, m, length), planes=planes, chunk=chunk)
+
+
+def _padding_regions(ranges: Sequence[tuple[int, int, int]], out_space: Sequence[int]
+                     ) -> tuple[Index, ...]:
+    """The parts of an output box outside ``ranges`` (per axis ``[d0, d1)``), as slabs."""
+    regions: list[Index] = []
+    inner: list[slice] = []
+    for (d0, d1, _), size in zip(ranges, out_space, strict=True):
+        d1 = max(d0, d1)
+        rest = (slice(None),) * (len(out_space) - len(inner) - 1)
+        for part in (slice(0, min(d0, size)), slice(d1, size)):
+            if part.stop > part.start:
+                regions.append((*inner, part, *rest))
+        if d1 <= d0:
+            break
+        inner.append(slice(d0, d1))
+    return tuple(regions)
+
+
+def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
+             strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...]
+             ) -> None:
+    """A convolution (see :class:`ConvPlan`): ``outputs`` is the output, then the
+    workspace the executor planned (:meth:`ConvPlan.workspace`), or nothing: it is then
+    allocated for this call."""
     x, weight, out = inputs[0], inputs[1], outputs[0]
     if out.size == 0:
         return
-    rank = x.ndim - 2
-    n = x.shape[0]
+    if not out.flags.c_contiguous:  # only a plain call can pass one
+        whole = xp.empty_like(out, order="C")
+        run_conv(xp, inputs, [whole], groups, strides, dilation, begin)
+        out[...] = whole
+        return
+    plan = conv_plan(tuple(x.shape), tuple(weight.shape), tuple(out.shape), str(x.dtype),
+                     gemm_dtype(xp, x.dtype).name, xp is np, groups, strides, dilation, begin)
+    spaces = list(outputs[1:]) or [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype))
+                                   for t in plan.workspace()]
+    if len(spaces) != 3:
+        raise OpError(f"conv: expected 3 workspace arrays, given {len(spaces)}")
+    buffers = [None if shape is None else space
+               for shape, space in zip((plan.cols, plan.result, plan.temp), spaces, strict=True)]
+    bias = inputs[2] if len(inputs) == 3 else None
+    if plan.planes is not None:
+        _depthwise(xp, plan, x, weight, bias, out, *buffers)
+    else:
+        _gemm_conv(xp, plan, x, weight, bias, out, *buffers)
+
+
+def _as_work(array: Any, work: str) -> Any:
+    return array if array.dtype == np.dtype(work) else array.astype(work)
+
+
+def _gemm_conv(xp: Any, plan: ConvPlan, x: Any, weight: Any, bias: Any, out: Any,
+               cols_buf: Any, result_buf: Any, _: Any) -> None:
+    n, c = x.shape[:2]
     o, cg = weight.shape[:2]
-    kernel, space, out_space = weight.shape[2:], x.shape[2:], out.shape[2:]
-    g = attrs.groups
+    g, ksize = c // cg, prod(weight.shape[2:])
+    rows, osize = cg * ksize, prod(out.shape[2:])
+    w = _as_work(weight, plan.work).reshape(g, o // g, rows)
+    if cols_buf is None:
+        cols = x.reshape(n, g, rows, osize)  # 1x1: the data is its own im2col
+    else:
+        xg = x.reshape(n, g, cg, *x.shape[2:]).swapaxes(0, 1).swapaxes(1, 2)  # [G, C/G, N, ..]
+        if plan.per_image:  # [N, G, C/G, K, *OUT] seen as [G, C/G, K, N, *OUT]
+            slabs = cols_buf.reshape(n, g, cg, ksize, *out.shape[2:]).transpose(
+                1, 2, 3, 0, *range(4, 2 + out.ndim))
+        else:
+            slabs = cols_buf.reshape(g, cg, ksize, n, *out.shape[2:])
+        _im2col(plan, xg, slabs)
+        cols = cols_buf.reshape((n, g, rows, osize) if plan.per_image else (g, rows, n * osize))
+    if plan.per_image:
+        dest = (out if result_buf is None else result_buf).reshape(n, g, o // g, osize)
+        xp.matmul(w, cols, out=dest)
+        if bias is not None:
+            xp.add(dest, bias.reshape(g, o // g, 1), out=dest)
+        if result_buf is not None:
+            out[...] = dest.reshape(out.shape)
+        return
+    xp.matmul(w, cols, out=result_buf.reshape(g, o // g, n * osize))
+    moved = result_buf.reshape(o, n, osize).swapaxes(0, 1)  # [N, O, OUT]
+    bias_b = None if bias is None else bias.reshape(o, 1)
+    if out.dtype == result_buf.dtype:
+        dest = out.reshape(n, o, osize)
+        if bias_b is None:
+            dest[...] = moved
+        else:
+            xp.add(moved, bias_b, out=dest)  # moved to NCHW and biased in one pass
+        return
+    if bias_b is not None:  # added before the one rounding to a 16-bit output
+        flat = result_buf.reshape(o, n * osize)
+        xp.add(flat, bias_b, out=flat)
+    out[...] = moved.reshape(out.shape)
+
+
+def _im2col(plan: ConvPlan, xg: Any, cols: Any) -> None:
+    """``cols[g, c, k, n, *y] = data[n, g, c, *(y*stride + k*dilation - pad)]``, 0 in the
+    padding, written once each (``xg`` is the data as ``[G, C/G, N, *space]``)."""
+    lead = (slice(None),) * 3
+    for flat, regions in enumerate(plan.borders):
+        slab = cols[:, :, flat]
+        for region in regions:
+            slab[lead + region] = 0
+    for flat, dst, src in plan.taps:
+        cols[:, :, flat][lead + dst] = xg[lead + src]
+
+
+def _depthwise(xp: Any, plan: ConvPlan, x: Any, weight: Any, bias: Any, out: Any,
+               planes_buf: Any, acc_buf: Any, temp_buf: Any) -> None:
+    geometry = plan.planes
+    assert geometry is not None
+    n, c = x.shape[:2]
+    _, o, oh, ow = out.shape
+    m, length, width = o // c, geometry.length, geometry.width
+    planes = planes_buf.reshape(plan.cols)
+    lead = (slice(None),) * 2
+    for index, dst, src, zeros in geometry.fills:  # the data, split by stride phase
+        plane = planes[index].reshape(n, c, -1, width)
+        for region in zeros:
+            plane[lead + region] = 0
+        if dst:
+            plane[lead + dst] = x[lead + src]
+    acc = acc_buf.reshape(n, c, m, oh * width)
+    temp = temp_buf.reshape(n, plan.chunk, m, length)
+    taps = _as_work(weight, plan.work).reshape(c, m, -1)
+    for c0 in range(0, c, plan.chunk):
+        c1 = min(c, c0 + plan.chunk)
+        block, part = acc[:, c0:c1, :, :length], temp[:, :c1 - c0]
+        for flat, (index, offset) in enumerate(geometry.taps):
+            shifted = planes[index, :, c0:c1, None, offset:offset + length]
+            scale = taps[c0:c1, :, flat, None]
+            if flat == 0:
+                xp.multiply(shifted, scale, out=block)
+            else:
+                xp.multiply(shifted, scale, out=part)
+                xp.add(block, part, out=block)
+    wide = acc.reshape(n, o, oh, width)[..., :ow]
+    if bias is None:
+        out[...] = wide
+    elif out.dtype == acc.dtype:
+        xp.add(wide, bias.reshape(o, 1, 1), out=out)
+    else:  # added before the one rounding to a 16-bit output
+        xp.add(wide, bias.reshape(o, 1, 1), out=wide)
+        out[...] = wide
+
+
+def _geometry(attrs: ConvAttrs, rank: int
+              ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     strides, dilation, begin, _ = _conv_params(attrs, rank)
-    work = gemm_dtype(xp, x.dtype)
-    if work != x.dtype:
-        x, weight = x.astype(work), weight.astype(work)
-    xg = x.reshape(n, g, cg, *space)
-    ksize, osize = prod(kernel), prod(out_space)
-    if ksize == 1 and all(s == 1 for s in strides) and not any(begin) and out_space == space:
-        cols = xg.reshape(n, g, cg, osize)  # 1x1 convolution: data is already its im2col
-    else:
-        # cols[n, g, c, *k, *y] = data[n, g, c, *(y*stride + k*dilation - pad)], 0 in the pads
-        cols = xp.zeros_like(x, shape=(n, g, cg, *kernel, *out_space))
-        lead = (slice(None),) * 3
-        for offset, dst, src in Window(kernel, strides, dilation, begin, space,
-                                       out_space).pairs:
-            cols[lead + offset + dst] = xg[lead + src]
-        cols = cols.reshape(n, g, cg * ksize, osize)
-    # [G, O/G, C/G*K] @ [N, G, C/G*K, OUT] -> [N, G, O/G, OUT]: one matmul.
-    w = weight.reshape(g, o // g, cg * ksize)
-    direct = work == out.dtype and bool(out.flags.c_contiguous)
-    if direct:
-        xp.matmul(w, cols, out=out.reshape(n, g, o // g, osize))
-        acc = out
-    else:
-        acc = xp.matmul(w, cols).reshape(out.shape)
-    _add_bias(xp, acc, inputs)
-    _finish(xp, acc, out)
+    return attrs.groups, tuple(strides), tuple(dilation), tuple(begin)
+
+
+def _conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ConvAttrs) -> None:
+    run_conv(xp, inputs, outputs, *_geometry(attrs, inputs[0].ndim - 2))
+
+
+def conv_workspace(xp: Any, types: Sequence[TensorType], out: TensorType, groups: int,
+                   strides: tuple[int, ...], dilation: tuple[int, ...],
+                   begin: tuple[int, ...]) -> list[TensorType]:
+    """The workspace of :func:`run_conv` at these types (three empty arrays for an empty
+    output)."""
+    dtype = types[0].dtype
+    if not prod(out.shape):
+        return [TensorType((0,), accumulator(dtype).name)] * 3
+    return conv_plan(types[0].shape, types[1].shape, out.shape, dtype,
+                     gemm_dtype(xp, dtype).name, xp is np, groups, strides, dilation,
+                     begin).workspace()
+
+
+def _conv_workspace(xp: Any, types: Sequence[TensorType], attrs: ConvAttrs
+                    ) -> list[TensorType]:
+    out = _infer_conv(types, attrs, [None] * len(types))[0]
+    return conv_workspace(xp, types, out, *_geometry(attrs, len(types[0].shape) - 2))
 
 
 def _infer_conv_transpose(types: Sequence[TensorType], attrs: ConvTransposeAttrs,
@@ -378,7 +673,8 @@ def _einsum(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Einsu
     out[...] = xp.einsum(attrs.equation, *operands, optimize=True)
 
 
-register_op(OpDef(name="conv", attrs=ConvAttrs, arity=None, infer=_infer_conv, compute=_conv))
+register_op(OpDef(name="conv", attrs=ConvAttrs, arity=None, infer=_infer_conv, compute=_conv,
+                  workspace=_conv_workspace))
 register_op(OpDef(name="conv_transpose", attrs=ConvTransposeAttrs, arity=None,
                   infer=_infer_conv_transpose, compute=_conv_transpose))
 register_op(OpDef(name="einsum", attrs=EinsumAttrs, arity=None, infer=_infer_einsum,

@@ -43,6 +43,7 @@ from .base import (
     register_op,
     result_dtype,
 )
+from .reductions import row_sums
 
 __all__ = [
     "ArgmaxAttrs",
@@ -669,6 +670,16 @@ _register("argmax", ArgmaxAttrs, 1, _argmax_infer, _argmax)
 # --------------------------------------------------------------------------------------------
 
 
+def _axis_sum(xp: Any, a: Any, axis: int) -> Any:
+    """The sum of ``a`` over ``axis``, kept as a length-1 axis; a contiguous last axis in one
+    pass through :func:`graphrt.lib.ops.reductions.row_sums`."""
+    if axis != a.ndim - 1 or not a.flags.c_contiguous:
+        return xp.sum(a, axis=axis, keepdims=True)
+    total = xp.empty_like(a, shape=(*a.shape[:-1], 1))
+    row_sums(xp, a.reshape(-1, a.shape[-1]), total.reshape(-1))
+    return total
+
+
 def _softmax_like(name: str, log: bool) -> None:
     def infer(types: Types, attrs: SoftmaxAttrs) -> list[TensorType]:
         (x,) = types
@@ -682,18 +693,17 @@ def _softmax_like(name: str, log: bool) -> None:
         if x.size == 0:
             return
         if x.dtype.itemsize == 2:  # float16, bfloat16: accumulate in float32, round once
-            narrow = x.astype("float32")
-            wide = xp.empty_like(narrow)
-            compute(xp, [narrow], [wide], attrs)
+            wide = x.astype("float32")
+            compute(xp, [wide], [wide], attrs)  # in place: x is read before out is written
             out[...] = wide
             return
         axis = normalize_axis(attrs.axis, x.ndim)
         xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)  # <= 0: exp cannot overflow
+        total = _axis_sum(xp, xp.exp(out) if log else xp.exp(out, out=out), axis)
         if log:
-            out -= xp.log(xp.sum(xp.exp(out), axis=axis, keepdims=True))
-        else:
-            xp.exp(out, out=out)
-            out /= xp.sum(out, axis=axis, keepdims=True)
+            out -= xp.log(total, out=total)
+        else:  # times the reciprocal, as ONNX Runtime's softmax
+            out *= xp.reciprocal(total, out=total)
 
     _register(name, SoftmaxAttrs, 1, infer, compute)
 

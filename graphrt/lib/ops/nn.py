@@ -12,8 +12,10 @@ Layouts and conventions:
 * Images are NCHW. ``padding`` is ``(top, left, bottom, right)``, i.e. ONNX ``pads``
   ``[H_begin, W_begin, H_end, W_end]``; ``strides`` and ``dilation`` are ``(H, W)``.
 * ``dense``: weight ``[N, K]`` (transposed, as ONNX Gemm ``transB=1`` / TVM ``nn.dense``).
-* ``conv2d``: weight ``[O, C/groups, KH, KW]`` (OIHW). Lowered to im2col (one strided copy per
-  kernel offset, ``KH*KW`` in all) and a single batched ``matmul`` covering every group.
+* ``conv2d``: weight ``[O, C/groups, KH, KW]`` (OIHW). Runs the N-d ``conv`` kernel
+  (:class:`graphrt.lib.ops.convolution.ConvPlan`): im2col into a workspace the executor plans
+  and one GEMM over the batch (or one per large image), 1x1 convolutions without im2col,
+  depthwise ones as shifted multiply-adds, the bias added in place.
 * ``conv2d_transpose``: weight ``[C_in, O/groups, KH, KW]`` (IOHW, as PyTorch ``ConvTranspose2d``
   and ONNX ``ConvTranspose``); one ``matmul`` then col2im (a strided scatter-add per kernel
   offset). Output size ``(H-1)*stride - pad_begin - pad_end + dilation*(K-1) + output_padding + 1``
@@ -22,6 +24,7 @@ Layouts and conventions:
   window that would start in the end padding is dropped. ``avg_pool2d`` with
   ``count_include_pad`` divides by the window clipped to the padded input (padding counts, the
   ceil-mode overhang beyond it does not); without it, by the number of real input elements.
+  Windows reduce separably, H then W (:func:`graphrt.lib.ops.pooling.window_reduce`).
 * ``resize2d`` follows ONNX ``Resize`` (opset >= 13) given ``sizes`` (so scale = out / in), see
   :class:`Resize2DAttrs`; it is the N-d ``resize`` op's implementation (exact coordinates).
 * float16: sums (pools, normalization statistics, col2im) accumulate in float32 and epsilon is
@@ -51,7 +54,9 @@ from .base import (
     normalize_axis,
     register_op,
 )
+from .convolution import conv_workspace, run_conv
 from .normalization import NormalizeAttrs, normalize
+from .pooling import AxisWindow, window_reduce
 from .resize import ResizeAttrs, resize
 
 __all__ = [
@@ -407,37 +412,22 @@ def _infer_conv2d(types: Sequence[TensorType], attrs: Conv2DAttrs, data: Sequenc
     return [TensorType((n, o, oh, ow), dtype)]
 
 
+def _conv_geometry(attrs: Conv2DAttrs
+                   ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """groups, strides, dilation and begin pads, as :func:`run_conv` takes them."""
+    return attrs.groups, attrs.strides, attrs.dilation, attrs.padding[:2]
+
+
 def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2DAttrs) -> None:
-    x, weight, out = inputs[0], inputs[1], outputs[0]
-    n, _, h, w = x.shape
-    o, cg, kh, kw = weight.shape
-    _, _, oh, ow = out.shape
-    g = attrs.groups
-    (sh, sw), (dh, dw), (pt, pl, _, _) = attrs.strides, attrs.dilation, attrs.padding
-    xg = x.reshape(n, g, cg, h, w)
-    if kh == kw == sh == sw == 1 and (pt, pl) == (0, 0) and (oh, ow) == (h, w):
-        cols = xg.reshape(n, g, cg, h * w)  # 1x1 convolution: data is already its im2col
-    else:
-        # im2col: cols[n, g, c, i, j, y, x] = data[n, g, c, y*sh + i*dh - pt, x*sw + j*dw - pl]
-        # (zero where that falls in the padding); one strided copy per kernel offset.
-        cols = xp.zeros_like(x, shape=(n, g, cg, kh, kw, oh, ow))
-        for i in range(kh):
-            y0, y1, hs = _window_range(i * dh, pt, sh, h, oh)
-            if y1 <= y0:
-                continue
-            for j in range(kw):
-                x0, x1, ws = _window_range(j * dw, pl, sw, w, ow)
-                if x1 <= x0:
-                    continue
-                cols[:, :, :, i, j, y0:y1, x0:x1] = xg[:, :, :, _strided(hs, y1 - y0, sh),
-                                                         _strided(ws, x1 - x0, sw)]
-        cols = cols.reshape(n, g, cg * kh * kw, oh * ow)
-    # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW] -> [N, G, O/G, OH*OW]: one matmul.
-    dest = _Dest(xp, out, (n, g, o // g, oh * ow))
-    matmul(xp, weight.reshape(g, o // g, cg * kh * kw), cols, out=dest.view)
-    if len(inputs) == 3:  # added before the one rounding to a 16-bit output
-        xp.add(dest.view, inputs[2].reshape(g, o // g, 1), out=dest.view)
-    dest.finish()
+    # The N-d convolution's kernel (GEMM over the batch, 1x1 without im2col, depthwise as
+    # shifted multiply-adds), with the workspace the executor planned in outputs[1:].
+    run_conv(xp, inputs, outputs, *_conv_geometry(attrs))
+
+
+def _conv2d_workspace(xp: Any, types: Sequence[TensorType], attrs: Conv2DAttrs
+                      ) -> list[TensorType]:
+    out = _infer_conv2d(types, attrs, [None] * len(types))[0]
+    return conv_workspace(xp, types, out, *_conv_geometry(attrs))
 
 
 def _infer_conv2d_transpose(types: Sequence[TensorType], attrs: Conv2DTransposeAttrs,
@@ -527,33 +517,16 @@ def _infer_avg_pool2d(types: Sequence[TensorType], attrs: AvgPool2DAttrs, data: 
     return _infer_pool(types, attrs, _FLOATS)
 
 
-def _pool_windows(x: Any, out: Any, attrs: MaxPool2DAttrs
-                  ) -> list[tuple[tuple[slice, slice], tuple[slice, slice]]]:
-    """Per window offset: (output region, input region) pairs, every one non-empty."""
-    _, _, h, w = x.shape
-    _, _, oh, ow = out.shape
-    kh, kw = attrs.pool_size
-    sh, sw = attrs.strides or attrs.pool_size
+def _pool_windows(attrs: MaxPool2DAttrs) -> list[AxisWindow]:
+    """The (kernel, stride, dilation, pad_begin) of the H and W axes (separable pools)."""
+    (kh, kw), (sh, sw) = attrs.pool_size, attrs.strides or attrs.pool_size
     pt, pl, _, _ = attrs.padding
-    pairs = []
-    for i in range(kh):
-        y0, y1, hs = _window_range(i, pt, sh, h, oh)
-        for j in range(kw):
-            x0, x1, ws = _window_range(j, pl, sw, w, ow)
-            if y1 > y0 and x1 > x0:
-                pairs.append(((slice(y0, y1), slice(x0, x1)),
-                              (_strided(hs, y1 - y0, sh), _strided(ws, x1 - x0, sw))))
-    return pairs
+    return [(kh, sh, 1, pt), (kw, sw, 1, pl)]
 
 
 def _max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                 attrs: MaxPool2DAttrs) -> None:
-    x, out = inputs[0], outputs[0]
-    dtype = np.dtype(out.dtype)
-    out[...] = -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
-    for (oy, ox), (iy, ix) in _pool_windows(x, out, attrs):
-        target = out[:, :, oy, ox]
-        xp.maximum(target, x[:, :, iy, ix], out=target)
+    window_reduce(xp, inputs[0], outputs[0], _pool_windows(attrs), "max")
 
 
 def _pool_counts(size: int, n_out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
@@ -571,10 +544,7 @@ def _avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     _, _, oh, ow = out.shape
     work = accumulator(out.dtype)  # float16 sums in float32, rounded once
     acc = out if work == out.dtype else xp.empty_like(out, dtype=work)
-    acc[...] = 0
-    for (oy, ox), (iy, ix) in _pool_windows(x, out, attrs):
-        target = acc[:, :, oy, ox]
-        xp.add(target, x[:, :, iy, ix], out=target)
+    window_reduce(xp, x, acc, _pool_windows(attrs), "sum")
     (kh, kw), (sh, sw) = attrs.pool_size, attrs.strides or attrs.pool_size
     pt, pl, pb, pr = attrs.padding
     rows = _pool_counts(h, oh, kh, sh, pt, pb, attrs.count_include_pad)
@@ -727,7 +697,7 @@ register_op(OpDef(name="matmul", attrs=MatmulAttrs, arity=2, infer=_infer_matmul
 register_op(OpDef(name="batch_matmul", attrs=MatmulAttrs, arity=2, infer=_infer_batch_matmul,
                   compute=_matmul))
 register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_conv2d,
-                  compute=_conv2d))
+                  compute=_conv2d, workspace=_conv2d_workspace))
 register_op(OpDef(name="conv2d_transpose", attrs=Conv2DTransposeAttrs, arity=None,
                   infer=_infer_conv2d_transpose, compute=_conv2d_transpose))
 register_op(OpDef(name="max_pool2d", attrs=MaxPool2DAttrs, arity=1, infer=_infer_max_pool2d,

@@ -20,12 +20,16 @@ Statistics of float16 and bfloat16 data are computed in float32.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
+from math import prod
 from typing import Annotated, Any
 
+import numpy as np
 from pydantic import Field
 
 from .base import Attrs, OpDef, OpError, TensorType, accumulator, broadcast, register_op
 from .convolution import check_float, show
+from .reductions import row_sums
 
 __all__ = ["GroupNormAttrs", "LrnAttrs", "NormalizeAttrs", "normalize"]
 
@@ -108,31 +112,82 @@ def _infer_normalize(types: Sequence[TensorType], attrs: NormalizeAttrs, data: S
 
 
 def normalize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
-               attrs: NormalizeAttrs) -> None:
-    """The compute of ``normalize`` (also of ``layer_norm``); float16 in float32."""
+              attrs: NormalizeAttrs) -> None:
+    """The compute of ``normalize`` (also of ``layer_norm``); float16 in float32.
+
+    In place in the output (or one work-dtype buffer for float16): the mean, ``x - mean`` and
+    its sum of squares, each sum one pass (trailing axes through
+    :func:`graphrt.lib.ops.reductions.row_sums`), then ``* (1 / std)``, scale and bias. Where
+    the mean is large against the deviation (data far from zero), the rounding error of the
+    float32 mean would show in the output: the mean of ``x - mean`` is subtracted as well.
+
+    Example:
+        >>> x = np.array([[1.0, 3.0], [2.0, 6.0]], dtype=np.float32)
+        >>> out = np.empty_like(x)
+        >>> normalize(np, [x], [out], NormalizeAttrs(axes=[1], epsilon=0.0))
+        >>> out.tolist()
+        [[-1.0, 1.0], [-1.0, 1.0]]
+    """
     x, out = inputs[0], outputs[0]
     axes = _axes(attrs.axes, x.ndim)
     if x.size == 0:
         return
-    work = accumulator(x.dtype)
-    xw = _cast(x, work)
-    mean = xp.mean(xw, axis=axes, keepdims=True) if attrs.center else None
-    centered = xp.subtract(xw, mean) if mean is not None else xw
-    spread = xp.mean(xp.multiply(centered, centered), axis=axes, keepdims=True)
+    work = _accumulator(x.dtype)
+    direct = out.dtype == work and out.flags.c_contiguous
+    y = out if direct else xp.empty_like(out, dtype=work)
+    if x.dtype != work:
+        y[...] = x
+        x = y
+    count = prod(x.shape[a] for a in axes)
+    mean = None
+    if attrs.center:
+        mean = _mean(xp, x, axes, count)
+        xp.subtract(x, mean, out=y)
+        x = y
+    spread = _mean(xp, x, axes, count, square=True)
     if attrs.epsilon_outside:
         xp.sqrt(spread, out=spread)
         xp.add(spread, attrs.epsilon, out=spread)
     else:
         xp.add(spread, attrs.epsilon, out=spread)
         xp.sqrt(spread, out=spread)
-    inverse = xp.divide(1.0, spread) if attrs.stats else None
-    result = xp.divide(centered, spread)
+    inverse = xp.reciprocal(spread, out=spread)
+    if mean is not None and _far(xp, mean, inverse):
+        residual = _mean(xp, y, axes, count)  # what rounding left in the mean
+        xp.subtract(y, residual, out=y)
+        xp.add(mean, residual, out=mean)
+    xp.multiply(x, inverse, out=y)
     for operand, combine in zip(inputs[1:], (xp.multiply, xp.add), strict=False):
-        combine(result, _cast(operand, work), out=result)
-    _store(out, result)
+        combine(y, _cast(operand, work), out=y)
+    if not direct:
+        _store(out, y)
     if attrs.stats:
-        _store(outputs[1], mean if mean is not None else xp.zeros_like(spread))
+        _store(outputs[1], mean if mean is not None else 0)
         _store(outputs[2], inverse)
+
+
+_accumulator = lru_cache(maxsize=64)(accumulator)
+
+
+def _far(xp: Any, mean: Any, inverse: Any) -> bool:
+    """Whether some mean exceeds its standard deviation. Below that, the float32 rounding of
+    the mean adds at most ~2e-7 to the normalized output (measured with rows of 256 to 1024;
+    at 70 deviations it adds 1.2e-5). Always on cupy: no host round trip."""
+    if xp is not np:
+        return True
+    ratio = np.abs(np.multiply(mean, inverse))
+    return float(np.maximum.reduce(ratio, axis=None)) > 1.0
+
+
+def _mean(xp: Any, a: Any, axes: tuple[int, ...], count: int, square: bool = False) -> Any:
+    """The mean of ``a`` (or of its squares) over ``axes``, kept as length-1 axes."""
+    kept = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
+    total = xp.empty_like(a, shape=kept)
+    if axes == tuple(range(a.ndim - len(axes), a.ndim)) and a.flags.c_contiguous:
+        row_sums(xp, a.reshape(-1, count), total.reshape(-1), square=square)
+    else:
+        xp.sum(xp.multiply(a, a) if square else a, axis=axes, keepdims=True, out=total)
+    return xp.divide(total, count, out=total)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,23 +15,26 @@ window's positions inside the padded input (the ceil-mode overhang does not coun
 the whole input (``((n*C + c) * H + h) * W + w``; column-major over the spatial axes with
 ``column_major``); ties keep the first position in row-major window order.
 
-Each op runs one strided, vectorized update per kernel offset; float16 and bfloat16 sums
-accumulate in float32.
+The windows are separable: :func:`window_reduce` reduces one spatial axis at a time (outer
+axes first, whose strided rows stay contiguous inside), ``kernel - 1`` vectorized maxima or sums
+per axis instead of one pass per kernel offset (9 for a 3x3 window). ``max_pool`` with
+``indices`` runs one update per kernel offset. float16 and bfloat16 sums accumulate in float32.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
 
 from .base import Attrs, OpDef, OpError, TensorType, accumulator, register_op
-from .convolution import Window, per_axis, show
+from .convolution import Window, per_axis, show, window_range
 
-__all__ = ["AvgPoolAttrs", "LpPoolAttrs", "MaxPoolAttrs", "PoolAttrs"]
+__all__ = ["AvgPoolAttrs", "AxisWindow", "LpPoolAttrs", "MaxPoolAttrs", "PoolAttrs",
+           "window_reduce"]
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -121,11 +124,115 @@ def _window(x: Any, out: Any, attrs: PoolAttrs) -> Window:
     return Window(attrs.kernel, strides, dilation, begin, x.shape[2:], out.shape[2:])
 
 
+def _axis_windows(attrs: PoolAttrs, rank: int) -> list[AxisWindow]:
+    strides, dilation, begin, _ = _params(attrs, rank)
+    return list(zip(attrs.kernel, strides, dilation, begin, strict=True))
+
+
 def _device_const(xp: Any, like: Any, host: np.ndarray[Any, Any]) -> Any:
     """``host`` (computed from shapes only) copied to the device of ``like``."""
     buf = xp.empty_like(like, shape=host.shape, dtype=host.dtype)
     buf[...] = xp.asarray(host)
     return buf
+
+
+# --------------------------------------------------------------------------------------------
+# Separable window reductions
+
+AxisWindow = tuple[int, int, int, int]
+"""One spatial axis of a pool window: ``(kernel, stride, dilation, pad_begin)``."""
+
+
+def window_reduce(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow],
+                  kind: Literal["max", "sum"]) -> None:
+    """``out[n, c, o...]`` = the max or sum of ``x`` over each pool window, padding skipped.
+
+    Separable: one spatial axis at a time, outer axes first (their strided rows stay
+    contiguous inside), each with ``kernel - 1`` vectorized maxima or sums over strided views
+    into a temporary of the partly reduced shape (in ``out``'s dtype, so float16 sums
+    accumulate in a float32 ``out``). On numpy the ``N*C`` planes go in chunks of about
+    :data:`CHUNK_BYTES` of input, so the temporaries stay in cache. Every window must hold at
+    least one input position.
+
+    Example:
+        >>> x = np.arange(16.0, dtype=np.float32).reshape(1, 1, 4, 4)
+        >>> out = np.empty((1, 1, 2, 2), dtype=np.float32)
+        >>> window_reduce(np, x, out, [(3, 2, 1, 1), (3, 2, 1, 1)], "max")
+        >>> out[0, 0].tolist()
+        [[5.0, 7.0], [13.0, 15.0]]
+    """
+    steps = [(2 + a, _axis_pairs(w, x.shape[2 + a], out.shape[2 + a]))
+             for a, w in enumerate(windows)
+             if (w[0], w[1], w[3]) != (1, 1, 0) or x.shape[2 + a] != out.shape[2 + a]]
+    ufunc = xp.maximum if kind == "max" else xp.add
+    fill = _lowest(out.dtype) if kind == "max" else 0
+    planes = x.shape[0] * x.shape[1]
+    rows = max(1, CHUNK_BYTES // max(1, x[:1, :1].nbytes))
+    if xp is not np or rows >= planes or not (x.flags.c_contiguous and out.flags.c_contiguous):
+        _separable(xp, x, out, steps, ufunc, fill)
+        return
+    xs, outs = x.reshape(planes, 1, *x.shape[2:]), out.reshape(planes, 1, *out.shape[2:])
+    for i in range(0, planes, rows):
+        _separable(xp, xs[i:i + rows], outs[i:i + rows], steps, ufunc, fill)
+
+
+CHUNK_BYTES = 1 << 20
+"""Input bytes per chunk of :func:`window_reduce` on numpy (its temporaries stay in L2/L3)."""
+
+
+def _separable(xp: Any, x: Any, out: Any, steps: Sequence[tuple[int, list[tuple[slice, slice]]]],
+               ufunc: Any, fill: float | int) -> None:
+    """Reduce ``x`` into ``out`` along each ``(axis, pairs)`` of ``steps`` in turn."""
+    if not steps:
+        out[...] = x
+        return
+    src = x
+    for axis, pairs in steps:
+        shape = (*src.shape[:axis], out.shape[axis], *src.shape[axis + 1:])
+        dst = out if axis == steps[-1][0] else xp.empty_like(out, shape=shape)
+        _reduce_axis(ufunc, src, dst, axis, pairs, fill)
+        src = dst
+
+
+def _axis_pairs(window: AxisWindow, n_src: int, n_dst: int) -> list[tuple[slice, slice]]:
+    """Per kernel offset along one axis with a valid position: (dst slice, src slice)."""
+    kernel, stride, dilation, pad = window
+    pairs = []
+    for k in range(kernel):
+        d0, d1, s0 = window_range(k * dilation, pad, stride, n_src, n_dst)
+        if d1 > d0:
+            pairs.append((slice(d0, d1), slice(s0, s0 + (d1 - d0 - 1) * stride + 1, stride)))
+    return pairs
+
+
+def _reduce_axis(ufunc: Any, src: Any, dst: Any, axis: int, pairs: list[tuple[slice, slice]],
+                 fill: float | int) -> None:
+    """``dst`` = ``ufunc`` over ``src``'s window along ``axis``: offsets covering every
+    destination position first (the first two combined straight into ``dst`` when the dtypes
+    agree, else the first copied), then the partial ones into their regions."""
+    n = dst.shape[axis]
+    full = [s for d, s in pairs if d.start == 0 and d.stop == n]
+    partial = [(d, s) for d, s in pairs if not (d.start == 0 and d.stop == n)]
+    if len(full) >= 2 and src.dtype == dst.dtype:
+        ufunc(src[_at(axis, full[0])], src[_at(axis, full[1])], out=dst)
+        full = full[2:]
+    elif full:
+        dst[...] = src[_at(axis, full[0])]
+        full = full[1:]
+    else:
+        dst[...] = fill
+    for s in full:
+        ufunc(dst, src[_at(axis, s)], out=dst)
+    for d, s in partial:
+        target = dst[_at(axis, d)]
+        ufunc(target, src[_at(axis, s)], out=target)
+
+
+def _at(axis: int, part: slice) -> tuple[slice, ...]:
+    """The index taking ``part`` of ``axis`` and all of the axes before it."""
+    index = [slice(None)] * (axis + 1)
+    index[axis] = part
+    return tuple(index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,14 +273,12 @@ def _max_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     x, out = inputs[0], outputs[0]
     if out.size == 0:
         return
+    if not attrs.indices:
+        window_reduce(xp, x, out, _axis_windows(attrs, x.ndim - 2), "max")
+        return
     out[...] = _lowest(out.dtype)
     lead = (slice(None),) * 2
     pairs = _window(x, out, attrs).pairs
-    if not attrs.indices:
-        for _, dst, src in pairs:
-            target = out[lead + dst]
-            xp.maximum(target, x[lead + src], out=target)
-        return
     indices = outputs[1]
     n, c = x.shape[:2]
     spatial = prod(x.shape[2:])
@@ -207,11 +312,7 @@ def _infer_lp_pool(types: Sequence[TensorType], attrs: LpPoolAttrs, data: Sequen
 def _sum_pool(xp: Any, x: Any, out: Any, attrs: PoolAttrs) -> Any:
     """Window sums of ``x`` (already in the work dtype) into a work-dtype accumulator."""
     acc = out if out.dtype == x.dtype else xp.empty_like(out, dtype=x.dtype)
-    acc[...] = 0
-    lead = (slice(None),) * 2
-    for _, dst, src in _window(x, out, attrs).pairs:
-        target = acc[lead + dst]
-        xp.add(target, x[lead + src], out=target)
+    window_reduce(xp, x, acc, _axis_windows(attrs, x.ndim - 2), "sum")
     return acc
 
 

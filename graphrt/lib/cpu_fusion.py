@@ -1,0 +1,442 @@
+"""Fusing runs of elementwise steps into one compiled loop on cpu (numba).
+
+The runs are the ones :func:`graphrt.lib.fusion.elementwise_runs` finds for cuda. Each run
+becomes the Python source of one loop over the flat output (:func:`loop_source`), which numba
+compiles at ``create()``. The source is written to a cache directory (``$GRAPHRT_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/graphrt``, else ``~/.cache/graphrt``) under a name hashing the source,
+numba's version and the signature, and compiled from there with ``cache=True``: a second
+process loads the machine code instead of compiling it.
+
+Operands are read as the output's flat index (same shape), one value (size 1), or one index
+of a two-level loop (a trailing or a leading block of the output's axes); other broadcasts
+leave the run unfused. Every step's result is cast to its dtype, so ``+ - * /`` in float32
+are bitwise what numpy computes; the transcendental functions compute in float64 and round
+once. float16 and bfloat16 runs stay on the numpy path. A long stretch of steps that each
+combine the previous result with one value (a chain of Add/Mul with constants) runs as an
+inner loop over a table of operations, so it compiles in constant time.
+
+Without numba (or with ``GRAPHRT_JIT=0``) every run stays on the numpy path; the reason is
+logged once per process.
+
+Example:
+    >>> from graphrt.lib.fusion import ElementwiseRun
+    >>> from graphrt.lib.ops import TensorType
+    >>> steps = [("in0 + in1", ("a", "b"), ("t",)), ("in0 * in1", ("t", "b"), ("y",))]
+    >>> f32 = TensorType((4,), "float32")
+    >>> run = ElementwiseRun(0, 1, ("a", "b"), "y")
+    >>> source = loop_source(run, python_steps(steps, dict(a=f32, b=f32, t=f32, y=f32)),
+    ...                      dict(a=f32, b=f32, t=f32, y=f32))
+    >>> print(source.kernel.splitlines()[-1].strip())
+    yv[i] = t1
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .fusion import ElementwiseRun, elementwise_runs
+from .ops import TensorType
+
+__all__ = ["CpuLoop", "cache_dir", "compile_loop", "fused_runs", "loop_source",
+           "python_steps"]
+
+logger = logging.getLogger(__name__)
+
+Step = tuple[str | None, tuple[str, ...], tuple[str, ...]]
+Kernel = Callable[..., None]
+
+_DTYPES = frozenset({"bool", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                     "uint16", "uint32", "uint64"})
+_FLOATS = frozenset({"float32", "float64"})
+_MATH = ("exp", "log", "sqrt", "tanh", "erf", "sin", "cos")
+_PYTHON: dict[str, str] = {
+    "in0 + in1": "({0} + {1})",
+    "in0 - in1": "({0} - {1})",
+    "in0 * in1": "({0} * {1})",
+    "in0 / in1": "({0} / {1})",
+    "(in0 > in1 || in0 != in0) ? in0 : in1": "({0} if ({0} > {1} or {0} != {0}) else {1})",
+    "(in0 < in1 || in0 != in0) ? in0 : in1": "({0} if ({0} < {1} or {0} != {0}) else {1})",
+    "in0 == in1": "({0} == {1})", "in0 != in1": "({0} != {1})",
+    "in0 < in1": "({0} < {1})", "in0 <= in1": "({0} <= {1})",
+    "in0 > in1": "({0} > {1})", "in0 >= in1": "({0} >= {1})",
+    "in0 && in1": "({0} and {1})", "in0 || in1": "({0} or {1})", "!in0": "(not {0})",
+    "in0 < 0 ? 0 : in0": "(0 if {0} < 0 else {0})",
+    "-in0": "(-{0})",
+    "in0 > 0 ? in0 : -in0": "({0} if {0} > 0 else -{0})",
+    "in0 ? in1 : in2": "({1} if {0} else {2})",
+    "in0": "{0}",
+    "1 / sqrt(in0)": "(1.0 / _math.sqrt(_f64({0})))",
+    "1 / in0": "(1.0 / _f64({0}))",
+    "1 / (1 + exp(-in0))": "(1.0 / (1.0 + _math.exp(-_f64({0}))))",
+    **{f"{name}(in0)": f"_math.{name}(_f64({{0}}))" for name in _MATH},
+}
+"""numba (Python) forms of the ops' C expressions that it computes as numpy does."""
+
+_CHAIN = {"in0 + in1": (0, 0), "in0 * in1": (1, 1), "in0 - in1": (2, 3), "in0 / in1": (4, 5)}
+"""Chainable ops: opcode when the carried value is the first input, and when the second."""
+_CHAIN_MIN = 8
+"""Steps from which a chain runs as a table of operations rather than straight-line code."""
+_CHAIN_DTYPES = frozenset({"float32", "float64", "int32", "int64"})
+
+
+def python_steps(steps: Sequence[Step], types: dict[str, TensorType]) -> list[Step]:
+    """``steps`` with each expression in its numba form, or None where the cpu loop cannot
+    compute the step as numpy does (no form, float16, a float-to-integer cast).
+
+    Example:
+        >>> f16 = TensorType((2,), "float16")
+        >>> python_steps([("in0 + in1", ("a", "b"), ("y",))], dict(a=f16, b=f16, y=f16))
+        [(None, ('a', 'b'), ('y',))]
+    """
+    found: list[Step] = []
+    for expression, ins, outs in steps:
+        form = None if expression is None else _PYTHON.get(expression)
+        dtypes = {types[name].dtype for name in (*ins, *outs)}
+        if not dtypes <= _DTYPES or (expression == "in0" and types[ins[0]].dtype in _FLOATS
+                                      and types[outs[0]].dtype not in _FLOATS | {"bool"}):
+            form = None  # C's float-to-integer conversion of NaN or out-of-range is undefined
+        found.append((form, ins, outs))
+    return found
+
+
+@dataclass(frozen=True)
+class CpuLoop:
+    """The generated source of one run: the numba kernel and, when some inputs are gathered
+    into one array, the plain Python wrapper that gathers them (else None)."""
+
+    kernel: str
+    wrapper: str | None
+    arguments: tuple[TensorType, ...]
+    """Types of the kernel's arguments, in order (its signature)."""
+    gathered: frozenset[int] = frozenset()
+    """The arguments the wrapper gathers (read-only arrays)."""
+
+
+def _padded(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    return (1,) * (ndim - len(shape)) + shape
+
+
+def _layout(inputs: Sequence[TensorType], out: tuple[int, ...]) -> tuple[int, list[str]] | None:
+    """A split axis and, per input, how the loop reads it: ``full`` (flat index), ``one``
+    (size 1), ``inner`` (axes from the split on), ``outer`` (axes before it); None if no
+    split fits every input."""
+    ndim = len(out)
+    for split in range(ndim + 1):
+        kinds = []
+        for tensor in inputs:
+            shape = _padded(tensor.shape, ndim)
+            ones = [d for d in range(ndim) if shape[d] == 1 and out[d] != 1]
+            if shape == out:
+                kinds.append("full")
+            elif all(shape[d] == 1 for d in range(ndim)):
+                kinds.append("one")
+            elif shape[split:] == out[split:] and all(d < split for d in ones) and all(
+                    shape[d] == 1 for d in range(split)):
+                kinds.append("inner")
+            elif shape[:split] == out[:split] and all(shape[d] == 1 for d in range(split, ndim)):
+                kinds.append("outer")
+            else:
+                break
+        else:
+            return split, kinds
+    return None
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """Steps ``first..last`` of a run, each combining the previous result with one value."""
+
+    first: int
+    last: int
+    head: str  # what the first step carries in
+    opcodes: tuple[int, ...]
+    values: tuple[str, ...]  # the size-1 inputs, one per step
+
+
+def _chains(run: ElementwiseRun, steps: Sequence[Step], types: dict[str, TensorType],
+            kinds: dict[str, str]) -> list[_Chain]:
+    """The stretches of the run in which every step combines the previous step's result (read
+    nowhere else) with the value of a size-1 input, all in one dtype."""
+    uses: dict[str, int] = {}
+    for _, ins, _ in steps[run.first : run.last + 1]:
+        for name in ins:
+            uses[name] = uses.get(name, 0) + 1
+    found = []
+    k = run.first
+    while k <= run.last:
+        opcodes: list[int] = []
+        values: list[str] = []
+        head = ""
+        j = k
+        while j <= run.last:
+            expression, ins, outs = steps[j]
+            raw = _RAW.get(expression or "")
+            dtype = types[outs[0]].dtype
+            if raw is None or dtype not in _CHAIN_DTYPES or any(types[n].dtype != dtype
+                                                                 for n in ins):
+                break
+            carried = steps[j - 1][2][0] if j > k else None
+            position = _carried_position(ins, carried, kinds, uses)
+            if position is None:
+                break
+            if j == k:
+                head = ins[position]
+            opcodes.append(_CHAIN[raw][position])
+            values.append(ins[1 - position])
+            j += 1
+        if j - k >= _CHAIN_MIN:
+            found.append(_Chain(k, j - 1, head, tuple(opcodes), tuple(values)))
+            k = j
+        else:
+            k += 1
+    return found
+
+
+def _carried_position(ins: tuple[str, ...], carried: str | None, kinds: dict[str, str],
+                      uses: dict[str, int]) -> int | None:
+    """Which input (0 or 1) carries the chain's value; the other must be a size-1 input."""
+    if len(ins) != 2:
+        return None
+    if carried is None:  # the first step: either input may carry, the other is the value
+        return 0 if kinds.get(ins[1]) == "one" else 1 if kinds.get(ins[0]) == "one" else None
+    if uses.get(carried) != 1:
+        return None
+    for position in (0, 1):
+        if ins[position] == carried and kinds.get(ins[1 - position]) == "one":
+            return position
+    return None
+
+
+_RAW = {python: raw for raw, python in _PYTHON.items() if raw in _CHAIN}
+
+
+def loop_source(run: ElementwiseRun, steps: Sequence[Step], types: dict[str, TensorType]
+                ) -> CpuLoop | None:
+    """The source of the loop computing ``run`` (``steps`` in numba form, from
+    :func:`python_steps`); None if an input broadcasts in a way the loop does not read."""
+    out = types[run.output]
+    found = _layout([types[n] for n in run.inputs], out.shape)
+    if found is None:
+        return None
+    split, kind_list = found
+    kinds = dict(zip(run.inputs, kind_list, strict=True))
+    chains = _chains(run, steps, types, kinds)
+    inside = {k for chain in chains for k in range(chain.first, chain.last + 1)}
+    read = {chain.head for chain in chains}
+    read.update(n for k in range(run.first, run.last + 1) if k not in inside
+                for n in steps[k][1])
+    direct = [n for n in run.inputs if n in read]
+    variable = {name: f"x{i}" for i, name in enumerate(direct)}
+    arguments = [*variable.values(), *(f"g{c}" for c in range(len(chains))), "y"]
+    head = [f"def kernel({', '.join(arguments)}):", "    n = y.size", "    yv = y.reshape(n)"]
+    for name, var in variable.items():
+        head.append(f"    {var}v = {var}.reshape({var}.size)")
+        if kinds[name] == "one":
+            head.append(f"    {var}s = {var}v[0]")
+    head += [f"    g{c}v = g{c}.reshape(g{c}.size)" for c in range(len(chains))]
+    index = {"full": "[i]", "inner": "[j]", "outer": "[r]"}
+    operand = {name: f"{var}s" if kinds[name] == "one" else f"{var}v{index[kinds[name]]}"
+               for name, var in variable.items()}
+    if any(kinds[n] in ("inner", "outer") for n in direct):
+        cols = " * ".join(f"y.shape[{d}]" for d in range(split, out.ndim)) or "1"
+        head += [f"    cols = {cols}", "    rows = n // cols if cols else 0",
+                 "    for r in range(rows):", "        for j in range(cols):",
+                 "            i = r * cols + j"]
+        pad = " " * 12
+    else:
+        head.append("    for i in range(n):")
+        pad = " " * 8
+    body = _body(run, steps, types, operand, chains, pad)
+    tables = [f"_ops{c} = _np.array({list(chain.opcodes)}, _np.int8)"
+              for c, chain in enumerate(chains)]
+    kernel = "\n".join([*tables, *head, *body, f"{pad}yv[i] = t{run.last}", ""])
+    argument_types = [types[n] for n in direct]
+    argument_types += [TensorType((len(chain.values),), types[steps[chain.first][2][0]].dtype)
+                       for chain in chains]
+    return CpuLoop(kernel, _wrapper(run, direct, chains, types), (*argument_types, out),
+                   frozenset(range(len(direct), len(direct) + len(chains))))
+
+
+def _wrapper(run: ElementwiseRun, direct: list[str], chains: list[_Chain],
+             types: dict[str, TensorType]) -> str | None:
+    """The Python function that gathers each chain's values into one array for the kernel."""
+    if not chains:
+        return None
+    param = {name: f"a{i}" for i, name in enumerate(run.inputs)}
+    # bytes.join reads each (contiguous) array's buffer: the fastest gather from Python.
+    gathers = [f"_frombuffer(b''.join(({''.join(param[v] + ', ' for v in chain.values)})), "
+               f"_{types[chain.values[0]].dtype})" for chain in chains]
+    call = [param[n] for n in direct] + gathers + ["y"]
+    return "\n".join([f"def call({', '.join([*param.values(), 'y'])}):",
+                      f"    _kernel({', '.join(call)})", ""])
+
+
+def _body(run: ElementwiseRun, steps: Sequence[Step], types: dict[str, TensorType],
+          operand: dict[str, str], chains: list[_Chain], pad: str) -> list[str]:
+    """The loop body: one line per step, one inner loop over its table per chain."""
+    starts = {chain.first: (c, chain) for c, chain in enumerate(chains)}
+    lines = []
+    k = run.first
+    while k <= run.last:
+        if k in starts:
+            c, chain = starts[k]
+            cast = f"_{types[steps[chain.last][2][0]].dtype}"
+            lines += [f"{pad}a = {cast}({operand[chain.head]})",
+                      f"{pad}for q in range({len(chain.opcodes)}):",
+                      f"{pad}    v = g{c}v[q]", f"{pad}    o = _ops{c}[q]"]
+            for opcode, form in enumerate(("a + v", "a * v", "a - v", "v - a", "a / v")):
+                lines += [f"{pad}    {'if' if opcode == 0 else 'elif'} o == {opcode}:",
+                          f"{pad}        a = {cast}({form})"]
+            lines += [f"{pad}    else:", f"{pad}        a = {cast}(v / a)",
+                      f"{pad}t{chain.last} = a"]
+            operand[steps[chain.last][2][0]] = f"t{chain.last}"
+            k = chain.last + 1
+            continue
+        expression, ins, outs = steps[k]
+        assert expression is not None
+        value = expression.format(*(operand[name] for name in ins))
+        lines.append(f"{pad}t{k} = _{types[outs[0]].dtype}({value})")
+        operand[outs[0]] = f"t{k}"
+        k += 1
+    return lines
+
+
+def cache_dir() -> Path:
+    """Where generated loops and numba's compiled code are kept: ``$GRAPHRT_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/graphrt``, else ``~/.cache/graphrt``.
+
+    Example:
+        >>> cache_dir().name in ("graphrt", os.environ.get("GRAPHRT_CACHE_DIR", "graphrt"))
+        True
+    """
+    explicit = os.environ.get("GRAPHRT_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "graphrt"
+
+
+_HEADER = """# Generated by graphrt.lib.cpu_fusion: one fused elementwise loop, compiled by numba.
+import math as _math
+
+import numpy as _np
+
+_frombuffer = _np.frombuffer
+_f64 = _np.float64
+"""
+
+
+_LOADED: dict[str, Kernel] = {}
+_LOGGED: set[str] = set()  # the reasons the numpy path was taken, each logged once
+
+
+def _numpy_path(reason: str) -> None:
+    """Log (once per process and reason) why fused runs take the numpy path."""
+    if reason not in _LOGGED:
+        _LOGGED.add(reason)
+        logger.info("graphrt: fused elementwise runs on cpu take the numpy path: %s", reason)
+
+
+def _numba() -> Any:
+    """The numba module, or None (the reason logged once per process)."""
+    if os.environ.get("GRAPHRT_JIT", "1") == "0":
+        _numpy_path("GRAPHRT_JIT=0")
+        return None
+    try:
+        import numba  # optional, and slow to import: only when a run is fused
+    except ImportError as err:
+        _numpy_path(f"numba is not installed ({err}); pip install 'graphrt[jit]'")
+        return None
+    return numba
+
+
+def compile_loop(loop: CpuLoop) -> Kernel | None:
+    """The compiled kernel of ``loop`` (positional: the run's inputs, then its output); None
+    where numba is missing or cannot compile it (the reason logged once)."""
+    numba = _numba()
+    if numba is None:
+        return None
+    signature = tuple(numba.types.Array(numba.from_dtype(np.dtype(t.dtype)), t.ndim, "C",
+                                        readonly=k in loop.gathered)
+                      for k, t in enumerate(loop.arguments))
+    dtypes = sorted({t.dtype for t in loop.arguments} | set(_DTYPES))
+    text = _HEADER + "".join(f"_{d} = _np.{d}_\n" if d == "bool" else f"_{d} = _np.{d}\n"
+                             for d in dtypes)
+    text += "\n\n" + loop.kernel + ("\n\n" + loop.wrapper if loop.wrapper else "")
+    key = hashlib.sha256("\0".join([text, numba.__version__, str(signature)]).encode())
+    name = f"graphrt_fused_{key.hexdigest()[:24]}"
+    kernel = _LOADED.get(name)
+    if kernel is None:
+        try:
+            module = _load(name, text)
+            compiled = numba.njit(numba.types.void(*signature), cache=True,
+                                  error_model="numpy")(module.kernel)
+        except (OSError, numba.core.errors.NumbaError) as err:
+            _numpy_path(f"numba could not compile a run ({type(err).__name__}: {err})")
+            return None
+        module._kernel = compiled
+        kernel = module.call if loop.wrapper else compiled
+        _LOADED[name] = kernel
+    return kernel
+
+
+def _load(name: str, text: str) -> Any:
+    """Import the generated module ``name`` from the cache directory (written if missing)."""
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    if not path.exists() or path.read_text() != text:
+        partial = folder / f".{name}.{os.getpid()}.tmp"
+        partial.write_text(text)
+        os.replace(partial, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def fused_runs(steps: Sequence[Step], exported: set[str], types: dict[str, TensorType]
+               ) -> list[tuple[ElementwiseRun, Kernel]]:
+    """The runs of ``steps`` (C expressions, as for cuda) that run as one compiled loop on
+    cpu, each with its kernel; runs the loop cannot read, or all runs without numba, are left
+    out (they run step by step on numpy).
+
+    Example:
+        >>> f32 = TensorType((3,), "float32")
+        >>> runs = fused_runs([("in0 + in1", ("a", "b"), ("t",)),
+        ...                    ("in0 * in1", ("t", "b"), ("y",))], {"y"},
+        ...                   dict(a=f32, b=f32, t=f32, y=f32))
+        >>> [(run.first, run.last) for run, _ in runs] in ([(0, 1)], [])  # [] without numba
+        True
+    """
+    python = python_steps(steps, types)
+    found = []
+    for run in elementwise_runs(python, exported):
+        if not _worth_compiling(run, python):
+            continue
+        loop = loop_source(run, python, types)
+        kernel = None if loop is None else compile_loop(loop)
+        if kernel is not None:
+            found.append((run, kernel))
+    return found
+
+
+def _worth_compiling(run: ElementwiseRun, steps: Sequence[Step]) -> bool:
+    """Three steps or more, or one the numpy path computes in many passes (erf, sigmoid):
+    shorter runs (a residual add and relu) gain little and would make ``create()`` import
+    numba (about a second)."""
+    if run.last - run.first >= 2:
+        return True
+    return any("_math." in (steps[k][0] or "") for k in range(run.first, run.last + 1))

@@ -1,0 +1,272 @@
+"""Compiled elementwise fusion on cpu (graphrt.lib.cpu_fusion, numba): results against the
+numpy path, broadcasting, dtypes, the fallback without numba and the disk cache."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import graphrt
+from graphrt.lib import Library, TensorType, cpu_fusion
+from graphrt.lib.fusion import elementwise_runs
+from graphrt.lib.lowering import Lowering
+
+pytest.importorskip("numba")
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+          ) -> Iterator[Path]:
+    folder = tmp_path_factory.getbasetemp() / "graphrt-cache"  # shared: compile once
+    monkeypatch.setenv("GRAPHRT_CACHE_DIR", str(folder))
+    monkeypatch.delenv("GRAPHRT_JIT", raising=False)
+    yield folder
+
+
+def _function(body: list[tuple[str, list[str], str]], inputs: list[str]) -> Any:
+    lib = Library()
+    return lib.define("f", {"inputs": inputs, "outputs": [body[-1][2]], "body": [
+        {"op": op, "inputs": ins, "outputs": [out]} for op, ins, out in body]})
+
+
+def _run(lowering: Lowering, inputs: list[np.ndarray[Any, Any]], out: TensorType
+         ) -> np.ndarray[Any, Any]:
+    y = np.empty(out.shape, out.dtype)
+    arrays = [*inputs, y, *(np.empty(t.shape, t.dtype) for t in lowering.intermediates)]
+    for call in lowering.calls:
+        call.kernel(*(arrays[i] for i in call.args))
+    return y
+
+
+def _both(body: list[tuple[str, list[str], str]], inputs: dict[str, np.ndarray[Any, Any]]
+          ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
+    """(fused result, numpy-path result, calls of the fused lowering)."""
+    fn = _function(body, list(inputs))
+    types = [TensorType(a.shape, str(a.dtype)) for a in inputs.values()]
+    out = fn._types([*types, types[0]], "test")[body[-1][2]]
+    fused = fn.lower(types, [out], xp=np, where="test", fuse=True)
+    plain = fn.lower(types, [out], xp=np, where="test", fuse=False)
+    arrays = list(inputs.values())
+    return _run(fused, arrays, out), _run(plain, arrays, out), len(fused.calls)
+
+
+ARITHMETIC = [("add", ["a", "b"], "t0"), ("multiply", ["t0", "c"], "t1"),
+              ("subtract", ["d", "t1"], "t2"), ("divide", ["t2", "b"], "y")]
+
+
+def _arithmetic_inputs(dtype: str, shapes: tuple[tuple[int, ...], ...]
+                       ) -> dict[str, np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(0)
+    return {name: np.asarray(rng.standard_normal(shape) + 3, dtype)
+            for name, shape in zip("abcd", shapes, strict=True)}
+
+
+@pytest.mark.parametrize("shapes", [
+    ((2, 3, 4),) * 4,                             # same shape
+    ((2, 3, 4), (1,), (4,), ()),                  # scalar, trailing row, 0-d
+    ((2, 3, 4), (2, 1, 1), (3, 4), (1, 3, 4)),    # leading block, trailing block
+    ((2, 3, 4), (2, 1, 1), (3, 4), (1, 1, 4)),    # two splits: left unfused
+    ((2, 3, 4), (1, 3, 1), (2, 3, 4), (1,)),      # a middle axis: left unfused
+    ((0, 4), (4,), (1,), (0, 4)),                 # empty
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_arithmetic_is_bitwise_the_numpy_path(shapes: tuple[tuple[int, ...], ...],
+                                              dtype: str) -> None:
+    fused, plain, calls = _both(ARITHMETIC, _arithmetic_inputs(dtype, shapes))
+    assert fused.dtype == plain.dtype and fused.shape == plain.shape
+    assert np.array_equal(fused, plain)
+    assert calls == (4 if shapes[1] == (1, 3, 1) or shapes[3] == (1, 1, 4) else 1)
+
+
+def test_integers_wrap_around_as_numpy() -> None:
+    body = [("add", ["a", "b"], "t0"), ("multiply", ["t0", "b"], "t1"),
+            ("subtract", ["t1", "a"], "y")]
+    for dtype in ("int8", "int32", "int64", "uint8"):
+        info = np.iinfo(dtype)
+        a = np.array([info.max, info.min, 7, 0], dtype)
+        b = np.array([info.max, 3, -1 if info.min else 2, 5], dtype)
+        fused, plain, calls = _both(body, {"a": a, "b": b})
+        assert calls == 1 and np.array_equal(fused, plain), dtype
+
+
+def test_comparisons_select_and_logic() -> None:
+    body = [("greater", ["a", "b"], "m"), ("less", ["a", "c"], "n"),
+            ("logical_and", ["m", "n"], "k"), ("where", ["k", "a", "b"], "t"),
+            ("maximum", ["t", "c"], "u"), ("relu", ["u"], "y")]
+    rng = np.random.default_rng(1)
+    values = {k: rng.standard_normal((5, 6)).astype("float32") for k in "abc"}
+    values["a"][0, :3] = [np.nan, np.inf, -np.inf]
+    fused, plain, calls = _both(body, values)
+    assert calls == 1 and np.array_equal(fused, plain, equal_nan=True)
+
+
+def test_transcendental_runs_agree_with_the_numpy_path() -> None:
+    # BERT's exact gelu: 0.5 * x * (1 + erf(x / sqrt 2)), after the bias add.
+    body = [("add", ["x", "bias"], "h"), ("divide", ["h", "root2"], "s"), ("erf", ["s"], "e"),
+            ("add", ["e", "one"], "p"), ("multiply", ["h", "p"], "q"),
+            ("multiply", ["q", "half"], "g"), ("sigmoid", ["g"], "z"), ("tanh", ["z"], "w"),
+            ("exp", ["w"], "y")]
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((3, 8)) * 4).astype("float32")
+    x[0, :4] = [np.nan, np.inf, -np.inf, 40.0]
+    constants = {"root2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+    inputs = {"x": x, "bias": rng.standard_normal(8).astype("float32"),
+              **{k: np.array([v], "float32") for k, v in constants.items()}}
+    with np.errstate(invalid="ignore"):  # inf * 0 on the numpy path
+        fused, plain, calls = _both(body, inputs)
+    assert calls == 1
+    np.testing.assert_allclose(fused, plain, rtol=1e-6, atol=1e-7)
+    assert np.array_equal(np.isnan(fused), np.isnan(plain))
+
+
+def test_float16_and_float_to_int_casts_stay_on_numpy() -> None:
+    body = [("add", ["a", "b"], "t0"), ("multiply", ["t0", "b"], "t1"),
+            ("subtract", ["t1", "a"], "y")]
+    half = {k: np.ones(4, "float16") for k in "ab"}
+    assert _both(body, half)[2] == 3
+    steps = [("in0 + in1", ("a", "b"), ("t0",)), ("in0 * in1", ("t0", "b"), ("t1",)),
+             ("in0", ("t1",), ("y",))]  # cast to int32
+    f32, i32 = TensorType((4,), "float32"), TensorType((4,), "int32")
+    python = cpu_fusion.python_steps(steps, {"a": f32, "b": f32, "t0": f32, "t1": f32,
+                                             "y": i32})
+    assert [form is None for form, _, _ in python] == [False, False, True]
+
+
+def test_two_step_runs_without_math_are_left_to_numpy() -> None:
+    # a residual add and relu: not worth importing numba at create()
+    body = [("add", ["a", "b"], "t"), ("relu", ["t"], "y")]
+    assert _both(body, {k: np.ones((2, 2), "float32") for k in "ab"})[2] == 2
+    body = [("add", ["a", "b"], "t"), ("exp", ["t"], "y")]
+    assert _both(body, {k: np.ones((2, 2), "float32") for k in "ab"})[2] == 1
+
+
+def test_dynamic_nodes_are_not_fused_on_cpu() -> None:
+    fn = _function(ARITHMETIC, list("abcd"))
+    f32 = TensorType((2, 3), "float32")
+    lowering = fn.lower([f32] * 4, [f32], xp=np, where="test", fuse=True, dynamic=True)
+    assert len(lowering.calls) == 4
+
+
+def _chain(n: int) -> Any:
+    from onnx import TensorProto, helper
+
+    nodes, constants = [], []
+    for i in range(n):
+        constants.append(helper.make_tensor(f"c{i}", TensorProto.FLOAT, [1],
+                                            [1.0001 if i % 2 else 0.001]))
+        nodes.append(helper.make_node("Mul" if i % 2 else "Add",
+                                      ["x" if i == 0 else f"t{i - 1}", f"c{i}"],
+                                      ["y" if i == n - 1 else f"t{i}"]))
+    shape = [1, 16]
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                              constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_1000_node_chain_runs_as_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("onnx")
+    bundle = graphrt.from_onnx(_chain(1000))
+    x = np.random.default_rng(3).random((1, 16), dtype=np.float32)
+    fused = np.asarray(bundle.create()(x=x)[0])
+    monkeypatch.setenv("GRAPHRT_JIT", "0")
+    plain = np.asarray(bundle.create()(x=x)[0])
+    assert np.array_equal(fused, plain)  # the same float32 operations in the same order
+
+
+def test_a_chain_compiles_to_a_table_not_straight_line_code() -> None:
+    n = 40
+    steps = [("in0 + in1" if i % 2 else "in0 * in1", ("x" if i == 0 else f"t{i - 1}",
+              f"c{i}"), (f"t{i}",)) for i in range(n)]
+    types = {"x": TensorType((5,), "float32"),
+             **{f"c{i}": TensorType((1,), "float32") for i in range(n)},
+             **{f"t{i}": TensorType((5,), "float32") for i in range(n)}}
+    python = cpu_fusion.python_steps(steps, types)
+    (run,) = elementwise_runs(python, {f"t{n - 1}"})
+    loop = cpu_fusion.loop_source(run, python, types)
+    assert loop is not None and loop.wrapper is not None
+    assert len(loop.kernel.splitlines()) < 40
+    ((_, kernel),) = cpu_fusion.fused_runs(steps, {f"t{n - 1}"}, types)
+    x = np.arange(5, dtype="float32")
+    constants = [np.array([1.5 + i], "float32") for i in range(n)]
+    y = np.empty(5, "float32")
+    kernel(x, *constants, y)
+    expected = x
+    for i, c in enumerate(constants):
+        expected = expected + c if i % 2 else expected * c
+    assert np.array_equal(y, expected)
+
+
+def test_without_numba_the_numpy_path_is_taken_and_logged_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    real_import = builtins.__import__
+
+    def no_numba(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "numba" or name.startswith("numba."):
+            raise ImportError("No module named 'numba'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_numba)
+    monkeypatch.setattr(cpu_fusion, "_LOADED", {})
+    monkeypatch.setattr(cpu_fusion, "_LOGGED", set())
+    with caplog.at_level(logging.INFO, logger="graphrt.lib.cpu_fusion"):
+        for _ in range(2):
+            fused, plain, calls = _both(ARITHMETIC, _arithmetic_inputs("float32", ((3,),) * 4))
+            assert calls == 4 and np.array_equal(fused, plain)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "numba is not installed" in messages[0]
+
+
+def test_an_unusable_cache_dir_falls_back_with_a_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("GRAPHRT_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(cpu_fusion, "_LOADED", {})
+    monkeypatch.setattr(cpu_fusion, "_LOGGED", set())
+    with caplog.at_level(logging.INFO, logger="graphrt.lib.cpu_fusion"):
+        _, _, calls = _both(ARITHMETIC, _arithmetic_inputs("float64", ((3,),) * 4))
+    assert calls == 4
+    assert "could not compile" in caplog.records[0].getMessage()
+
+
+def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAPHRT_CACHE_DIR", "/x/y")
+    assert cpu_fusion.cache_dir() == Path("/x/y")
+    monkeypatch.delenv("GRAPHRT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/x")
+    assert cpu_fusion.cache_dir() == Path("/x/graphrt")
+
+
+_CHILD = """
+import numpy as np
+from graphrt.lib import Library, TensorType, cpu_fusion
+from graphrt.lib.fusion import elementwise_runs
+fn = Library().define("f", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
+    {"op": "add", "inputs": ["a", "b"], "outputs": ["t"]},
+    {"op": "exp", "inputs": ["t"], "outputs": ["u"]},
+    {"op": "multiply", "inputs": ["u", "b"], "outputs": ["y"]}]})
+f32 = TensorType((7,), "float32")
+(call,) = fn.lower([f32, f32], [f32], xp=np, where="child", fuse=True).calls
+print(sum(call.kernel.stats.cache_hits.values()), sum(call.kernel.stats.cache_misses.values()))
+"""
+
+
+def test_a_second_process_loads_the_compiled_loop_from_disk(tmp_path: Path) -> None:
+    env = {**os.environ, "GRAPHRT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("GRAPHRT_JIT", None)
+    runs = [subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                           text=True, check=True).stdout.split() for _ in range(2)]
+    assert runs == [["0", "1"], ["1", "0"]]  # compiled, then loaded
+    assert len(list((tmp_path / "cache").glob("graphrt_fused_*.py"))) == 1
