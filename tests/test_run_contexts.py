@@ -375,8 +375,9 @@ def test_a_one_op_function_runs_as_a_plain_kernel() -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_intermediates_are_planned_scratch_shared_across_nodes(device: str,
-                                                               allocations: list[int]) -> None:
+def test_intermediates_are_planned_scratch_shared_across_nodes(
+        device: str, allocations: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAPHRT_JIT", "0")  # on cpu, numba would fuse the run: no scratch
     dev = graphrt.device(device)
     mod = graphrt.create(chain("add_mul_relu", 5), chain_lib(), device)
     # Two intermediates of 400 bytes per node, live at once: 2 x 448 (64-aligned), for all 5.
@@ -412,9 +413,11 @@ def test_a_function_asking_for_a_petabyte_fails_at_create_before_allocating(
     assert allocations == []
 
 
-def test_validate_counts_a_bundles_scratch(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_counts_a_bundles_scratch(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from graphrt.cli import main
+
+    monkeypatch.setenv("GRAPHRT_JIT", "0")  # numba would fuse the run: no scratch
 
     path = graphrt.save_bundle(tmp_path / "chain.grb", chain("add_mul_relu", 5), chain_lib(),
                                {})

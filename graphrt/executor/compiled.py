@@ -27,6 +27,7 @@ from ..storage import (
     plan_storage,
     with_scratch,
 )
+from .parallel import ParallelPlan, function_flops, plan_parallel, resolve_threads
 from .param_store import ParamStore
 from .shapes import ShapePlan
 from .steps import AliasGroups
@@ -82,8 +83,10 @@ class CompiledGraph:
     """
 
     def __init__(self, graph: Graph, plan: StoragePlan, programs: tuple[NodeProgram, ...],
-                 shapes: ShapePlan | None, *, require_inputs: bool = False) -> None:
+                 shapes: ShapePlan | None, *, require_inputs: bool = False,
+                 parallel: ParallelPlan | None = None) -> None:
         self.graph = graph
+        self.parallel = parallel
         self.require_inputs = require_inputs
         self.plan = plan
         self.programs = programs
@@ -116,7 +119,8 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                   strict: bool = False,
                   capacity: Mapping[Device, int | None] | None = None,
                   device_map: Mapping[int, Device] | None = None,
-                  require_inputs: bool = False) -> CompiledGraph:
+                  require_inputs: bool = False,
+                  inter_op_threads: int | None = 1) -> CompiledGraph:
     """Plan, resolve and lower everything a run needs, allocating nothing.
 
     Args:
@@ -129,6 +133,9 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         device_map: device type code -> one of ``devices`` (see :func:`graphrt.create`).
         require_inputs: a run with an input or param never set is an ``InputError`` (else a
             warning, once per run context).
+        inter_op_threads: run independent nodes at once on this many threads (0 or 1:
+            sequentially; None: where :mod:`graphrt.executor.parallel` estimates it pays). The
+            storage ids of a parallel graph may differ from the ones it was given.
 
     Raises:
         PlacementError, KernelNotFoundError, GraphFormatError (among others: two entries live
@@ -137,6 +144,13 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
     plan = plan_storage(graph, devices, strict=strict, device_map=device_map)
     check_storage_ids(graph)
     programs = _programs(graph, plan, library)
+    planned = plan_parallel(graph, plan, programs,
+                            lambda: _flops(graph, plan, library, programs),
+                            resolve_threads(inter_op_threads),
+                            auto=inter_op_threads is None)
+    if planned is not None:
+        graph = planned[1]
+        plan = plan_storage(graph, devices, strict=strict, device_map=device_map)
     plan = with_scratch(plan, scratch_needs(programs))
     programs = tuple(_with_offsets(p, plan) for p in programs)
     check_capacity(graph, plan, capacity or {})
@@ -147,7 +161,23 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         logger.warning("%d of %d entries fell back to %s (%s); see GraphModule.placement()",
                        len(plan.fallbacks), len(graph.entries), plan.devices[0],
                        ", ".join(kinds))
-    return CompiledGraph(graph, plan, programs, shapes, require_inputs=require_inputs)
+    return CompiledGraph(graph, plan, programs, shapes, require_inputs=require_inputs,
+                         parallel=None if planned is None else planned[0])
+
+
+def _flops(graph: Graph, plan: StoragePlan, library: Library,
+           programs: Sequence[NodeProgram]) -> list[int]:
+    """Per program, the flops of its declarative function's matmuls and convolutions (0 for a
+    Python kernel or a copy: graphrt cannot see inside)."""
+    counts = []
+    for program in programs:
+        node = graph.nodes[program.nid]
+        found = None if program.lowering is None or node.func_name is None else library.resolve(
+            node.func_name, plan.node_device[node.nid].type_code)
+        counts.append(0 if not isinstance(found, FusedFunction) else function_flops(
+            found, _types(graph, node.inputs, node.flatten_data),
+            _types(graph, node.outputs, node.flatten_data)))
+    return counts
 
 
 def scratch_needs(programs: Sequence[NodeProgram]) -> dict[int, list[ScratchNeed]]:
@@ -195,7 +225,8 @@ def _programs(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[NodeProgra
             lowering = found.lower(
                 _types(graph, node.inputs, node.flatten_data),
                 _types(graph, node.outputs, node.flatten_data), xp=backend.xp,
-                where=node.label, fuse=dev.kind == "cuda", dynamic=_is_dynamic(graph, node))
+                where=node.label, fuse=dev.kind in ("cuda", "cpu"),
+                dynamic=_is_dynamic(graph, node))
             kernel = lowering.calls[0].kernel if lowering.direct else run_calls
             programs.append(NodeProgram(node.nid, eids, node.flatten_data,
                                         backend.bind_kernel(kernel), lowering))

@@ -35,6 +35,7 @@ from .benchmark import BenchmarkResult, check_count, time_calls
 from .compiled import CompiledGraph
 from .dynamic import DynamicRunner
 from .memory import MemoryReport
+from .parallel import ParallelRunner
 from .profiling import ProfileHook, ProfileReport, profile_report
 from .runner import Dumper, StepHook, StopAfter, execute
 from .steps import KernelSpec, LoweredSpec, Step, StepSpec, StepTable
@@ -103,6 +104,13 @@ class RunContext:
         self._pool = SlotPool(compiled, {sid for sid in private if sid is not None})
         self._arenas = {dev: allocate(dev, nbytes, "the scratch arena of lowered functions")
                         for dev, nbytes in plan.scratch.arena.items()}
+        parallel = compiled.parallel
+        self._parallel = None if parallel is None else ParallelRunner(parallel, [
+            program.nid for program in compiled.programs])
+        lanes = 1 if parallel is None else 1 + max(parallel.lane_of, default=0)
+        self._lane_arenas = [self._arenas, *(  # one scratch arena per lane of a parallel run
+            {dev: allocate(dev, nbytes, f"the scratch arena of inter-op lane {lane}")
+             for dev, nbytes in plan.scratch.arena.items()} for lane in range(1, lanes))]
         self._staging_bytes = 0
         self._dynamic = (None if compiled.shapes is None else
                          DynamicRunner(compiled, self._pool))
@@ -136,7 +144,8 @@ class RunContext:
 
     def _specs(self) -> list[StepSpec]:
         specs: list[StepSpec] = []
-        for program in self.compiled.programs:
+        parallel = self.compiled.parallel
+        for index, program in enumerate(self.compiled.programs):
             nid = program.nid
             if program.is_copy:
                 src, dst = (self.plan.entry_device[eid] for eid in program.eids)
@@ -148,8 +157,9 @@ class RunContext:
             elif program.lowering is not None:
                 assert program.kernel is not None
                 dev = self.plan.node_device[nid]
+                lane = 0 if parallel is None else parallel.lane_of[index]
                 specs.append(LoweredSpec(nid, program.kernel, program.eids, program.flatten,
-                                         program.lowering, self._arenas.get(dev),
+                                         program.lowering, self._lane_arenas[lane].get(dev),
                                          program.scratch, backend_for(dev),
                                          self.graph.nodes[nid].label))
             else:
@@ -222,6 +232,16 @@ class RunContext:
     def _run_steps(self, hook: StepHook | None) -> None:
         if self._dynamic is not None:
             self._dynamic.prologue()
+        if hook is None and self._parallel is not None:
+            try:
+                self._parallel.run(self._table.steps, self._table.nids, self._fail)
+            except Exception:
+                if self._failure is not None and self._failure is not _UNFINISHED:
+                    # nodes of later waves may come before the failed one in node order
+                    nid, reason = self._failure
+                    self._failure = (min(nid, self._parallel.first_unfinished), reason)
+                raise
+            return
         execute(self._table.steps, self._table.nids, self._fail, hook)
 
     def _fail(self, nid: int, err: Exception) -> Exception:
@@ -262,8 +282,9 @@ class RunContext:
         own = dict.fromkeys(self.plan.devices, 0)
         for sid, buffer in self._pool.buffers.items():
             own[self.plan.pool[sid].device] += int(buffer.nbytes)
-        for dev, arena in self._arenas.items():
-            own[dev] += int(arena.nbytes)
+        for arenas in self._lane_arenas:
+            for dev, arena in arenas.items():
+                own[dev] += int(arena.nbytes)
         return MemoryReport(planned, used, {dev: params.get(dev, 0) for dev in own}, own,
                             self._staging_bytes)
 

@@ -26,6 +26,7 @@ from ..storage import PlacementReport, StoragePlan, placement_report
 from .compiled import CompiledGraph, compile_graph
 from .context import RunContext, listing
 from .memory import MemoryReport
+from .parallel import MAX_THREADS
 
 __all__ = ["GraphModule", "create"]
 
@@ -36,7 +37,8 @@ R = TypeVar("R")
 def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
            strict_placement: bool = False,
            device_map: Mapping[str | int, Device | str] | None = None,
-           require_inputs: bool = False) -> GraphModule:
+           require_inputs: bool = False,
+           inter_op_threads: int | None = None) -> GraphModule:
     """Load a graph, plan its storage over ``devices`` and prepare it to run.
 
     Everything costly happens here: parsing and checking the graph, placing storage, resolving
@@ -57,6 +59,12 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
         require_inputs: refuse to run (``InputError``) while an input or param was never set.
             Without it, the first run of each thread that has one logs a warning naming them:
             they hold zeros (TVM ran them silently).
+        inter_op_threads: run independent nodes of a cpu graph at once on this many threads,
+            with BLAS held to ``cores // inter_op_threads`` threads meanwhile (0 or 1:
+            one node at a time). None (the default) decides per graph from the flops of its
+            matmuls and convolutions that could run at once (see
+            :mod:`graphrt.executor.parallel`); ``mod.compiled.parallel`` is the plan, or None.
+            Profiling, dumps and ``debug_get_output`` always run one node at a time.
 
     Raises:
         ArgumentError: an argument of the wrong kind (a lib that is not a Library or a mapping
@@ -77,6 +85,12 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
     for option, value in (("strict_placement", strict_placement),
                           ("require_inputs", require_inputs)):
         expect_type(value, bool, name=f"create({option}=...)", expected="True or False")
+    if inter_op_threads is not None and (
+            isinstance(inter_op_threads, bool) or not isinstance(inter_op_threads, int)
+            or not 0 <= inter_op_threads <= MAX_THREADS):
+        argument_error("create(inter_op_threads=...)",
+                       f"None (automatic) or a number of threads from 0 to {MAX_THREADS}",
+                       inter_op_threads)
     graph = load_graph(graph_json)
     library = as_library(lib)
     devs = tuple(device(d) for d in devices) or (device("cpu:0"),)
@@ -85,7 +99,8 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
     capacity = {dev: backend_for(dev).capacity() for dev in devs}
     return GraphModule(compile_graph(graph, library, devs, strict=strict_placement,
                                      capacity=capacity, device_map=remap,
-                                     require_inputs=require_inputs))
+                                     require_inputs=require_inputs,
+                                     inter_op_threads=inter_op_threads))
 
 
 def _per_thread(method: Callable[Concatenate[RunContext, P], R]
