@@ -128,6 +128,24 @@ def test_transcendental_runs_agree_with_the_numpy_path() -> None:
     assert np.array_equal(np.isnan(fused), np.isnan(plain))
 
 
+def test_float32_erf_is_within_two_ulps_of_the_exact_value() -> None:
+    import math
+
+    x = np.concatenate([np.linspace(-6, 6, 20001), [0.0, -0.0, 1e-30, -1e-30, 1e-8, 3.9, 4.0,
+                                                   4.1, 1e30, np.inf, -np.inf, np.nan]])
+    x32 = x.astype("float32")
+    body = [("multiply", ["x", "one"], "t"), ("erf", ["t"], "y")]
+    fused, _, calls = _both(body, {"x": x32, "one": np.ones(1, "float32")})
+    assert calls == 1
+    exact = np.array([math.erf(v) for v in x32.astype("float64")])
+    finite = ~np.isnan(exact)
+    ulps = np.abs(fused[finite] - exact[finite]) / np.spacing(
+        np.abs(exact[finite]).astype("float32")).astype("float64")
+    assert ulps.max() <= 2
+    assert np.isnan(fused[~finite]).all()
+    assert fused[x32 == np.inf][0] == 1 and fused[x32 == -np.inf][0] == -1
+
+
 def test_float16_and_float_to_int_casts_stay_on_numpy() -> None:
     body = [("add", ["a", "b"], "t0"), ("multiply", ["t0", "b"], "t1"),
             ("subtract", ["t1", "a"], "y")]
