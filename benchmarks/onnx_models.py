@@ -110,10 +110,11 @@ def build(models: ModuleType, name: str, batch: int) -> Any:
     raise SystemExit(f"unknown model {name!r} (resnet50, mobilenet_v2, bert)")
 
 
-SETTLE_S = 0.01
-"""Pause before each timed call: ONNX Runtime's pool threads spin for a while after a run and
-hold the second core, which slowed whichever contender came next by up to 2x here (numpy's
-BLAS wants both cores)."""
+SETTLE_S = 0.2
+"""Pause before each timed call, so that each starts on idle cores as it would alone: after a
+run, ONNX Runtime's pool threads and OpenBLAS's workers spin-wait (OpenBLAS for up to 2**28
+cycles, about 0.1 s) and hold the second core, which slowed whichever contender came next by
+2-5x here (the MLP at batch 64: 4.3 ms alone, 10-21 ms right after the others)."""
 
 
 def interleaved(contenders: dict[str, Callable[[], Any]], warmup: int, repeat: int
