@@ -324,7 +324,8 @@ def cache_dir() -> Path:
     ``$XDG_CACHE_HOME/graphrt``, else ``~/.cache/graphrt``.
 
     Example:
-        >>> cache_dir().name in ("graphrt", os.environ.get("GRAPHRT_CACHE_DIR", "graphrt"))
+        >>> explicit = os.environ.get("GRAPHRT_CACHE_DIR")
+        >>> cache_dir() == Path(explicit) if explicit else cache_dir().name == "graphrt"
         True
     """
     explicit = os.environ.get("GRAPHRT_CACHE_DIR")
