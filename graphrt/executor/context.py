@@ -658,14 +658,13 @@ class RunContext:
                 this output was computed: its memory holds no result of that run.
         """
         position = self._output_position(index)
-        if out is not None:  # the arguments first, then whether there is anything to read
-            self._out_buffer(self.graph.heads[position], out,
-                             f"output {position} ({self.graph.output_names[position]!r})")
+        what = f"output {position} ({self.graph.output_names[position]!r})"
+        # the arguments first, then whether there is anything to read
+        target = None if out is None else self._out_buffer(self.graph.heads[position], out, what)
         if self._failure is not None and self._head_nids[position] >= self._failure[0]:
             nid, reason = self._failure
             raise ExecutionError(
-                f"output {position} ({self.graph.output_names[position]!r}) was not computed "
-                f"by the last run ({reason}); run again", node_id=nid,
+                f"{what} was not computed by the last run ({reason}); run again", node_id=nid,
                 node_name=self.graph.nodes[nid].name if nid >= 0 else "",
                 func_name=(self.graph.nodes[nid].func_name or "") if nid >= 0 else "",
                 device=str(self.plan.node_device[nid]) if nid >= 0 else "")
@@ -674,12 +673,10 @@ class RunContext:
             return bound.given  # the caller's own array, as bound
         if position in self._unwritten:
             raise InputError(
-                f"output {position} ({self.graph.output_names[position]!r}): the last run wrote "
-                "it into the arrays the caller passed or got back (calling the module, "
-                "invoke_with_outputs), not into the module's memory, which holds an older "
-                "result; use those arrays, or call run() and then get_output")
-        return self._read(self.graph.heads[position], out,
-                          f"output {position} ({self.graph.output_names[position]!r})")
+                f"{what}: the last run wrote it into the arrays the caller passed or got back "
+                "(calling the module, invoke_with_outputs), not into the module's memory, which "
+                "holds an older result; use those arrays, or call run() and then get_output")
+        return self._read(self.graph.heads[position], out, what, target)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -706,11 +703,14 @@ class RunContext:
             dst = self._slot_view(eid)
         return copier(src_dev, self.plan.entry_device[eid]), src, dst
 
-    def _read(self, eid: int, out: Any, what: str) -> Any:
+    def _read(self, eid: int, out: Any, what: str,
+              checked: tuple[Device, Array] | None = None) -> Any:
+        """Entry ``eid`` as a view, or copied into ``out`` (``checked``: what
+        :meth:`_out_buffer` already returned for it)."""
         view = self._table.views[eid]
         if out is None:
             return view.view()  # the caller may reshape it without touching ours
-        out_dev, target = self._out_buffer(eid, out, what)
+        out_dev, target = checked or self._out_buffer(eid, out, what)
         copier(self.plan.entry_device[eid], out_dev)(view, target)
         return out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -213,12 +214,16 @@ def normalize_axis(axis: int, ndim: int) -> int:
 _HALF = frozenset({"float16", "bfloat16"})
 
 
+@lru_cache(maxsize=128)
 def accumulator(dtype: Any) -> np.dtype[Any]:
     """The dtype sums over ``dtype`` accumulate in: float32 for float16 and bfloat16 (whose
-    sums lose precision and overflow), else ``dtype`` itself. Results are cast back once."""
+    sums lose precision and overflow), else ``dtype`` itself. Results are cast back once.
+
+    Cached: kernels call it on every run, and numpy computes a dtype's name in Python."""
     return np.dtype(np.float32) if np.dtype(dtype).name in _HALF else np.dtype(dtype)
 
 
+@lru_cache(maxsize=128)
 def gemm_dtype(xp: Any, dtype: Any) -> np.dtype[Any]:
     """The dtype a matrix product of ``dtype`` operands runs in.
 

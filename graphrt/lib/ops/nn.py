@@ -651,8 +651,13 @@ def _layer_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     x, gamma, beta = inputs
     axis = normalize_axis(attrs.axis, x.ndim)
     scale, shift = _along(gamma, axis, x.ndim), _along(beta, axis, x.ndim)
-    normalize(xp, [x, scale, shift], outputs,
-              NormalizeAttrs(axes=[axis], epsilon=attrs.epsilon))
+    normalize(xp, [x, scale, shift], outputs, _normalize_attrs(axis, attrs.epsilon))
+
+
+@lru_cache(maxsize=256)
+def _normalize_attrs(axis: int, epsilon: float) -> NormalizeAttrs:
+    """``layer_norm`` as ``normalize`` over one axis (built once, not on every run)."""
+    return NormalizeAttrs(axes=[axis], epsilon=epsilon)
 
 
 # --------------------------------------------------------------------------------------------

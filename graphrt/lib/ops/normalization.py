@@ -20,7 +20,6 @@ Statistics of float16 and bfloat16 data are computed in float32.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 from math import prod
 from typing import Annotated, Any
 
@@ -132,7 +131,7 @@ def normalize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     axes = _axes(attrs.axes, x.ndim)
     if x.size == 0:
         return
-    work = _accumulator(x.dtype)
+    work = accumulator(x.dtype)
     direct = out.dtype == work and out.flags.c_contiguous
     y = out if direct else xp.empty_like(out, dtype=work)
     if x.dtype != work:
@@ -165,8 +164,6 @@ def normalize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         _store(outputs[1], mean if mean is not None else 0)
         _store(outputs[2], inverse)
 
-
-_accumulator = lru_cache(maxsize=64)(accumulator)
 
 
 def _far(xp: Any, mean: Any, inverse: Any) -> bool:
