@@ -24,7 +24,7 @@ from ..errors import (
     argument_error,
     describe,
 )
-from .base import ALIGNMENT, CPU, CUDA, KIND_CODES, SIM, Array, Backend, Device
+from .base import ALIGNMENT, CPU, CUDA, KIND_CODES, SIM, Array, Backend, Device, Replay
 from .cpu_backend import CpuBackend
 from .host_memory import host_memory_limit
 from .sim_backend import SimArray, SimBackend, SimCounters
@@ -39,6 +39,7 @@ __all__ = [
     "Copier",
     "Device",
     "DeviceArgumentError",
+    "Replay",
     "SimArray",
     "SimCounters",
     "allocate",

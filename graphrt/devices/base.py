@@ -22,6 +22,7 @@ __all__ = [
     "Array",
     "Backend",
     "Device",
+    "Replay",
     "StepTimer",
 ]
 
@@ -63,6 +64,15 @@ class Device:
 
     def __repr__(self) -> str:
         return f"graphrt.device({str(self)!r})"
+
+
+class Replay(Protocol):
+    """Device work recorded once by :meth:`Backend.capture`, launched again as a whole."""
+
+    def launch(self) -> None:
+        """Queue the recorded work again (on cuda, on the current stream), as recorded: on
+        the same memory, at the same shapes."""
+        ...
 
 
 class StepTimer(Protocol):
@@ -142,6 +152,15 @@ class Backend(ABC):
 
     def step_timer(self) -> StepTimer | None:
         """A device-side timer for the profiler, or None where wall clock is exact (host)."""
+        return None
+
+    def capture(self, work: Callable[[], None]) -> Replay | None:
+        """Run ``work`` (kernels queued on this device) once and return a recording of it to
+        launch again, or None where this device records nothing (host devices: their kernels
+        are plain calls, a recording would save nothing). On cuda, a CUDA graph captured from
+        the current stream; whatever ``work`` raises (a host synchronization the capture
+        cannot record, say) propagates, and nothing of it ran."""
+        work()
         return None
 
     def bind_kernel(self, kernel: Callable[..., object]) -> Callable[..., object]:

@@ -8,10 +8,17 @@ Streams: every run context queues its copies and kernels on a stream of its own
 starts (the one ``cupy.cuda.get_current_stream()`` returns, a caller's ``with stream:``) and
 before it again when the run ends. So a caller's stream sees its inputs consumed and its outputs
 ready in its own order, and contexts of different threads overlap on the GPU.
+
+Graph capture (:meth:`CudaBackend.capture`): the work is recorded from the context's stream
+(``Stream.begin_capture``/``end_capture``, relaxed mode) into a CUDA graph that is launched at
+once and then at every replay. Whatever the kernels allocate meanwhile (cupy temporaries) comes
+from a memory pool private to that graph and kept with it, so replays write memory nothing
+else is given.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +29,7 @@ import numpy as np
 from ..errors import DeviceError
 from .base import Array, Backend, Device
 
-__all__ = ["ContextStream", "CudaBackend", "EventTimer", "check_available"]
+__all__ = ["ContextStream", "CudaBackend", "CudaReplay", "EventTimer", "check_available"]
 
 
 def check_available(ordinal: int) -> None:
@@ -86,6 +93,18 @@ class ContextStream:
         self._caller.wait_event(self.stream.record())
         self._caller = None
         self._context.__exit__(*exc)
+
+
+class CudaReplay:
+    """A captured CUDA graph, the private memory pool its temporaries came from, and the
+    stream to launch it on by default."""
+
+    def __init__(self, graph: Any, pool: Any) -> None:
+        self.graph, self.pool = graph, pool
+
+    def launch(self) -> None:
+        """Launch the graph on the current stream (the run context's, inside a run)."""
+        self.graph.launch(stream=cupy.cuda.get_current_stream())
 
 
 class CudaBackend(Backend):
@@ -156,6 +175,23 @@ class CudaBackend(Backend):
 
     def step_timer(self) -> EventTimer:
         return EventTimer(self._context)
+
+    def capture(self, work: Callable[[], None]) -> CudaReplay:
+        with self._context:
+            stream = cupy.cuda.get_current_stream()
+            pool = cupy.cuda.MemoryPool()
+            with cupy.cuda.using_allocator(pool.malloc):
+                stream.begin_capture()
+                try:
+                    work()
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the original error is the news
+                        stream.end_capture()  # discard what was recorded: none of it ran
+                    raise
+                graph = stream.end_capture()
+            replay = CudaReplay(graph, pool)
+            replay.launch()
+        return replay
 
     def bind_kernel(self, kernel: Callable[..., object]) -> Callable[..., object]:
         context = self._context

@@ -4,10 +4,19 @@ A :class:`SimArray` is a numpy array tagged with its sim device. Ufuncs refuse t
 arrays of any other device (as cupy refuses numpy arrays), so a kernel that was handed another
 device's array fails loudly. :class:`SimCounters` counts every copy and byte that crosses into,
 out of and within the device, so tests can prove what moved.
+
+Graph capture is simulated too (:meth:`SimBackend.capture`): while a thread records work for a
+sim device, reading that device's memory on the host (``item()``, ``tolist()``, ``int()``,
+``float()``, ``bool()``, indexing a scalar, a download) or writing it from the host (an
+upload) raises, as a host synchronization does under CUDA stream capture; a recording
+launches the same calls on the same arrays again, so work recorded before its memory was
+rebound would replay on the old memory, as a CUDA graph would.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -16,7 +25,17 @@ import numpy as np
 from .base import Array, Backend, Device
 from .cpu_backend import aligned_zeros
 
-__all__ = ["SimArray", "SimBackend", "SimCounters"]
+__all__ = ["SimArray", "SimBackend", "SimCounters", "SimReplay"]
+
+_capturing = threading.local()
+"""``devices``: the sim devices the calling thread is recording work for."""
+
+
+def _refuse_under_capture(device: Device | None, what: str) -> None:
+    if device is not None and device in getattr(_capturing, "devices", ()):
+        raise RuntimeError(f"{what} on {device} while its work is being captured into a graph: "
+                           "the host cannot wait for a device inside a capture (CUDA refuses "
+                           "it as cudaErrorStreamCaptureUnsupported)")
 
 
 class SimArray(np.ndarray):  # type: ignore[type-arg,unused-ignore]
@@ -32,6 +51,33 @@ class SimArray(np.ndarray):  # type: ignore[type-arg,unused-ignore]
         """The sim device holding this array."""
         assert self._sim_device is not None
         return self._sim_device
+
+    def __getitem__(self, key: Any) -> Any:
+        result = super().__getitem__(key)
+        if not isinstance(result, np.ndarray):  # a scalar: cupy would give a 0-d array
+            _refuse_under_capture(self._sim_device, "indexing a scalar reads device memory on "
+                                  "the host")
+        return result
+
+    def item(self, *args: Any) -> Any:
+        _refuse_under_capture(self._sim_device, "item() reads device memory on the host")
+        return super().item(*args)
+
+    def tolist(self) -> Any:
+        _refuse_under_capture(self._sim_device, "tolist() reads device memory on the host")
+        return super().tolist()
+
+    def __int__(self) -> int:
+        _refuse_under_capture(self._sim_device, "int() reads device memory on the host")
+        return int(self.view(np.ndarray))
+
+    def __float__(self) -> float:
+        _refuse_under_capture(self._sim_device, "float() reads device memory on the host")
+        return float(self.view(np.ndarray))
+
+    def __bool__(self) -> bool:
+        _refuse_under_capture(self._sim_device, "bool() reads device memory on the host")
+        return bool(self.view(np.ndarray))
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         device = self._sim_device
@@ -101,11 +147,37 @@ class SimBackend(Backend):
         self.counters.device_copy_bytes += src.nbytes
 
     def upload(self, src: np.ndarray[Any, Any], dst: Array) -> None:
+        _refuse_under_capture(self.device, "an upload from the host")
         np.copyto(dst.view(np.ndarray), src, casting="no")
         self.counters.uploads += 1
         self.counters.upload_bytes += src.nbytes
 
     def download(self, src: Array, dst: np.ndarray[Any, Any]) -> None:
+        _refuse_under_capture(self.device, "a download to the host")
         np.copyto(dst, src.view(np.ndarray), casting="no")
         self.counters.downloads += 1
         self.counters.download_bytes += src.nbytes
+
+    def capture(self, work: Callable[[], None]) -> SimReplay:
+        """Run ``work`` once, refusing host reads and writes of this device meanwhile (see the
+        module's docstring), and return it as the recording."""
+        devices: set[Device] = getattr(_capturing, "devices", set())
+        _capturing.devices = devices | {self.device}
+        try:
+            work()
+        finally:
+            _capturing.devices = devices
+        return SimReplay(work)
+
+
+class SimReplay:
+    """A sim device's recording: the captured calls, launched again on the same arrays."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._work = work
+        self.launches = 0
+
+    def launch(self) -> None:
+        """Run the recorded calls again."""
+        self.launches += 1
+        self._work()
