@@ -293,3 +293,117 @@ def test_threads_on_cuda_each_run_on_their_own_stream_with_weights_once(
     assert len({stream.ptr for stream in streams}) == 4
     assert cupy.cuda.Stream.null.ptr not in {stream.ptr for stream in streams}
     assert mod.memory().params[gpu] == sum(w.nbytes for w in weights.values())
+
+
+# -- graph capture (create(..., cuda_graph=True)) ------------------------------------------------
+
+
+def _cuda_chain(gpu: graphrt.Device, length: int = 6) -> tuple[dict[str, Any], graphrt.Library]:
+    import cupy
+    from test_graph_capture import chain_graph
+
+    lib = graphrt.Library()
+    lib.register("add_one", lambda x, out: cupy.add(x, 1, out=out), device="cuda")
+    lib.register("double", lambda x, out: cupy.multiply(x, 2, out=out), device="cuda")
+    return chain_graph(length, dev=gpu.type_code), lib
+
+
+def test_cuda_graph_records_once_and_replays(gpu: graphrt.Device) -> None:
+    from test_graph_capture import chain_reference
+
+    graph, lib = _cuda_chain(gpu)
+    mod = graphrt.create(graph, lib, "cpu", gpu, cuda_graph=True)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = rng.standard_normal((4, 3)).astype("float32")
+        mod.run(x=x)
+        np.testing.assert_allclose(mod.get_output(0, out=np.empty((4, 3), "float32")),
+                                   chain_reference(x), rtol=1e-6)
+    report = mod.capture_report()
+    assert report is not None and report.enabled, report
+    assert (report.captures, report.replays, report.segments) == (1, 3, 1)
+
+
+def test_cuda_graph_rebinds_zero_copy_inputs(gpu: graphrt.Device) -> None:
+    import cupy
+    from test_graph_capture import chain_reference
+
+    graph, lib = _cuda_chain(gpu)
+    mod = graphrt.create(graph, lib, "cpu", gpu, cuda_graph=True)
+    buffers = [cupy.full((4, 3), v, dtype="float32") for v in (1.0, 2.0)]
+    for array, value in ((buffers[0], 1.0), (buffers[1], 2.0), (buffers[0], 1.0)):
+        mod.set_input_zero_copy("x", array)
+        for _ in range(3):
+            mod.run()
+            np.testing.assert_allclose(cupy.asnumpy(mod.get_output(0)),
+                                       chain_reference(np.full((4, 3), value, "float32")))
+    report = mod.capture_report()
+    assert report is not None and report.captures == 2 and report.cached == 2
+
+
+def test_cuda_graph_follows_the_callers_stream(gpu: graphrt.Device) -> None:
+    import cupy
+    from test_graph_capture import chain_reference
+
+    graph, lib = _cuda_chain(gpu)
+    mod = graphrt.create(graph, lib, "cpu", gpu, cuda_graph=True)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.arange(12, dtype="float32").reshape(4, 3)
+    with stream:
+        for _ in range(3):
+            mod.set_input("x", x)
+            mod.run()
+            y = mod.get_output(0).copy()  # queued on the caller's stream, after the run
+        stream.synchronize()
+    np.testing.assert_allclose(cupy.asnumpy(y), chain_reference(cupy.asnumpy(x)))
+
+
+def test_cuda_graph_of_a_heterogeneous_graph_matches_the_plain_run(
+        gpu: graphrt.Device, elemwise_lib: graphrt.Library) -> None:
+    graph = example_graph("duplex", gpu)
+    plain = graphrt.create(graph, elemwise_lib, graphrt.cpu(0), gpu)
+    mod = graphrt.create(graph, elemwise_lib, graphrt.cpu(0), gpu, cuda_graph=True)
+    for seed in range(4):
+        values = random_inputs(plain, seed)
+        plain.run(**values)
+        mod.run(**values)
+        np.testing.assert_array_equal(mod.get_output(0, out=np.empty(4, "float32")),
+                                      plain.get_output(0, out=np.empty(4, "float32")))
+    report = mod.capture_report()
+    assert report is not None and report.enabled and report.replays == 2
+
+
+def test_cuda_graph_falls_back_when_a_kernel_synchronizes(gpu: graphrt.Device) -> None:
+    import cupy
+
+    lib = graphrt.Library()
+    lib.register("add_one", lambda x, out: cupy.add(x, float(x[0, 0].item()), out=out),
+                 device="cuda")
+    lib.register("double", lambda x, out: cupy.multiply(x, 2, out=out), device="cuda")
+    from test_graph_capture import chain_graph
+
+    mod = graphrt.create(chain_graph(2, dev=gpu.type_code), lib, "cpu", gpu, cuda_graph=True)
+    x = np.full((4, 3), 3.0, "float32")
+    for _ in range(3):
+        mod.run(x=x)
+        np.testing.assert_array_equal(mod.get_output(0, out=np.empty((4, 3), "float32")),
+                                      (x + 3) * 2)
+    report = mod.capture_report()
+    assert report is not None and not report.enabled and report.reason
+
+
+def test_cuda_graph_of_the_example_cnn_matches_the_plain_run(gpu: graphrt.Device) -> None:
+    from conftest import MODELS
+
+    lib = graphrt.Library.from_json(MODELS / "cnn" / "lib.json")
+    plain = graphrt.create(MODELS / "cnn" / "graph.json", lib, gpu)
+    mod = graphrt.create(MODELS / "cnn" / "graph.json", lib, gpu, cuda_graph=True)
+    for seed in range(4):
+        values = random_inputs(plain, seed)
+        plain.run(**values)
+        mod.run(**values)
+        np.testing.assert_allclose(mod.get_output(0, out=np.empty(plain.get_output(0).shape,
+                                                                  "float32")),
+                                   plain.get_output(0).get(), rtol=1e-5, atol=1e-6)
+    report = mod.capture_report()
+    assert report is not None and report.enabled, report

@@ -45,7 +45,8 @@ __all__ = ["Bundle", "bundle_from_parts", "load_bundle"]
 
 Array = np.ndarray[Any, Any]
 T = TypeVar("T")
-_CREATE_OPTIONS = ("strict_placement", "device_map", "require_inputs", "inter_op_threads")
+_CREATE_OPTIONS = ("strict_placement", "device_map", "require_inputs", "inter_op_threads",
+                   "cuda_graph")
 """The keyword options of :func:`graphrt.create` that :meth:`Bundle.create` passes on."""
 
 

@@ -5,15 +5,17 @@ mutates, and ``GraphModule``, the TVM-style facade giving each thread its own co
   program, params) and :func:`compile_graph`.
 - ``context.py``: :class:`RunContext` (activations, scratch, staging, bindings, stream).
 - ``runner.py``: the one loop every run goes through, with hooks.
+- ``capture.py``: graph capture, device work recorded once and replayed (``cuda_graph``).
 - ``module.py``: :class:`GraphModule` and :func:`create`.
 """
 
 from .benchmark import BenchmarkResult
+from .capture import CaptureReport
 from .compiled import CompiledGraph, compile_graph, scratch_needs
 from .context import RunContext
 from .memory import MemoryReport
 from .module import GraphModule, create
 from .transfers import TransferLog, TransferStats
 
-__all__ = ["BenchmarkResult", "CompiledGraph", "GraphModule", "MemoryReport", "RunContext",
-           "TransferLog", "TransferStats", "compile_graph", "create", "scratch_needs"]
+__all__ = ["BenchmarkResult", "CaptureReport", "CompiledGraph", "GraphModule", "MemoryReport",
+           "RunContext", "TransferLog", "TransferStats", "compile_graph", "create", "scratch_needs"]

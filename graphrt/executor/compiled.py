@@ -84,8 +84,9 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, plan: StoragePlan, programs: tuple[NodeProgram, ...],
                  shapes: ShapePlan | None, *, require_inputs: bool = False,
-                 parallel: ParallelPlan | None = None) -> None:
+                 parallel: ParallelPlan | None = None, cuda_graph: bool = False) -> None:
         self.graph = graph
+        self.cuda_graph = cuda_graph
         self.parallel = parallel
         self.require_inputs = require_inputs
         self.plan = plan
@@ -120,7 +121,8 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                   capacity: Mapping[Device, int | None] | None = None,
                   device_map: Mapping[int, Device] | None = None,
                   require_inputs: bool = False,
-                  inter_op_threads: int | None = 1) -> CompiledGraph:
+                  inter_op_threads: int | None = 1,
+                  cuda_graph: bool = False) -> CompiledGraph:
     """Plan, resolve and lower everything a run needs, allocating nothing.
 
     Args:
@@ -136,6 +138,8 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         inter_op_threads: run independent nodes at once on this many threads (0 or 1:
             sequentially; None: where :mod:`graphrt.executor.parallel` estimates it pays). The
             storage ids of a parallel graph may differ from the ones it was given.
+        cuda_graph: run contexts record their device work and replay it
+            (:mod:`graphrt.executor.capture`).
 
     Raises:
         PlacementError, KernelNotFoundError, GraphFormatError (among others: two entries live
@@ -162,7 +166,8 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                        len(plan.fallbacks), len(graph.entries), plan.devices[0],
                        ", ".join(kinds))
     return CompiledGraph(graph, plan, programs, shapes, require_inputs=require_inputs,
-                         parallel=None if planned is None else planned[0])
+                         parallel=None if planned is None else planned[0],
+                         cuda_graph=cuda_graph)
 
 
 def _flops(graph: Graph, plan: StoragePlan, library: Library,

@@ -21,7 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from ..devices import Array, Device, allocate, backend_for, copier, cpu, is_array, locate
+from ..devices import (
+    Array,
+    Backend,
+    Device,
+    allocate,
+    backend_for,
+    copier,
+    cpu,
+    is_array,
+    locate,
+)
 from ..errors import (
     ArgumentError,
     ExecutionError,
@@ -32,6 +42,7 @@ from ..errors import (
     expect_type,
 )
 from .benchmark import BenchmarkResult, check_count, time_calls
+from .capture import CaptureReport, CaptureRunner
 from .compiled import CompiledGraph
 from .dynamic import DynamicRunner
 from .memory import MemoryReport
@@ -136,6 +147,8 @@ class RunContext:
         self._scopes: tuple[AbstractContextManager[object], ...] = tuple(
             scope for scope in scopes if scope is not None)
         self._failure: tuple[int, str] | None = None
+        self._capture = (CaptureRunner(self._recording_device, self._capture_off())
+                         if compiled.cuda_graph else None)
         self._unset = set(range(len(compiled.input_eids))) - set(params)
         # Outputs whose memory holds no result of the last run, which wrote them into the
         # caller's arrays instead (a call, invoke_with_outputs). Before the first run every
@@ -171,6 +184,36 @@ class RunContext:
                 int(staged.host.nbytes) for stage in self._dynamic.staging.values()
                 for staged in stage if staged.host is not None)
         return specs
+
+    def _recording_device(self, kind: str, nid: int) -> Device | None:
+        """The device that records a step under graph capture, or None (run it alone)."""
+        if kind != "op":
+            return None
+        dev = self.plan.node_device[nid]
+        return dev if type(backend_for(dev)).capture is not Backend.capture else None
+
+    def _capture_off(self) -> str | None:
+        """Why this graph records nothing under ``cuda_graph=True``, or None."""
+        shapes = self.compiled.shapes
+        if shapes is not None and shapes.nodes:
+            return ("its shape functions read tensor values on the host, so later shapes are "
+                    "known only while it runs")
+        if not any(self._recording_device("op", p.nid) for p in self.compiled.programs
+                   if not p.is_copy):
+            return ("none of its kernels runs on a device that records work (cpu kernels are "
+                    "plain calls)")
+        return None
+
+    def capture_report(self) -> CaptureReport | None:
+        """How this thread's runs use graph capture (``create(..., cuda_graph=True)``), or
+        None without it: recordings made and replayed, and why runs go node by node if they
+        do (see :mod:`graphrt.executor.capture`).
+
+        Example:
+            >>> mod.capture_report().replays  # doctest: +SKIP
+            12
+        """
+        return None if self._capture is None else self._capture.report()
 
     def _slot_view(self, eid: int) -> Array:
         entry = self.graph.entries[eid]
@@ -232,6 +275,9 @@ class RunContext:
     def _run_steps(self, hook: StepHook | None) -> None:
         if self._dynamic is not None:
             self._dynamic.prologue()
+        if hook is None and self._capture is not None:
+            self._capture.run(self._table, self._fail)
+            return
         if hook is None and self._parallel is not None:
             try:
                 self._parallel.run(self._table.steps, self._table.nids, self._fail)

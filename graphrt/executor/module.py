@@ -38,7 +38,8 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
            strict_placement: bool = False,
            device_map: Mapping[str | int, Device | str] | None = None,
            require_inputs: bool = False,
-           inter_op_threads: int | None = None) -> GraphModule:
+           inter_op_threads: int | None = None,
+           cuda_graph: bool = False) -> GraphModule:
     """Load a graph, plan its storage over ``devices`` and prepare it to run.
 
     Everything costly happens here: parsing and checking the graph, placing storage, resolving
@@ -65,6 +66,13 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
             matmuls and convolutions that could run at once (see
             :mod:`graphrt.executor.parallel`); ``mod.compiled.parallel`` is the plan, or None.
             Profiling, dumps and ``debug_get_output`` always run one node at a time.
+        cuda_graph: record each run context's GPU work as CUDA graphs (on the second run with
+            the same memory and shapes) and replay them, one launch per run of consecutive GPU
+            kernels, nodes on other devices and copies running between them; at most 8
+            recordings per context (zero-copy bindings and dynamic shapes each need their
+            own). A graph that cannot be recorded runs node by node with the reason logged and
+            in ``capture_report()``. The sim device simulates capture. Not with
+            ``inter_op_threads`` > 1. See :mod:`graphrt.executor.capture`.
 
     Raises:
         ArgumentError: an argument of the wrong kind (a lib that is not a Library or a mapping
@@ -83,7 +91,7 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
         ...                      graphrt.cpu(0), graphrt.sim(0))
     """
     for option, value in (("strict_placement", strict_placement),
-                          ("require_inputs", require_inputs)):
+                          ("require_inputs", require_inputs), ("cuda_graph", cuda_graph)):
         expect_type(value, bool, name=f"create({option}=...)", expected="True or False")
     if inter_op_threads is not None and (
             isinstance(inter_op_threads, bool) or not isinstance(inter_op_threads, int)
@@ -91,6 +99,9 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
         argument_error("create(inter_op_threads=...)",
                        f"None (automatic) or a number of threads from 0 to {MAX_THREADS}",
                        inter_op_threads)
+    if cuda_graph and inter_op_threads not in (None, 0, 1):
+        raise ArgumentError(f"create: cuda_graph=True replays a run's device work in order; it "
+                            f"cannot be combined with inter_op_threads={inter_op_threads}")
     graph = load_graph(graph_json)
     library = as_library(lib)
     devs = tuple(device(d) for d in devices) or (device("cpu:0"),)
@@ -100,7 +111,8 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
     return GraphModule(compile_graph(graph, library, devs, strict=strict_placement,
                                      capacity=capacity, device_map=remap,
                                      require_inputs=require_inputs,
-                                     inter_op_threads=inter_op_threads))
+                                     inter_op_threads=1 if cuda_graph else inter_op_threads,
+                                     cuda_graph=cuda_graph))
 
 
 def _per_thread(method: Callable[Concatenate[RunContext, P], R]
@@ -260,6 +272,7 @@ class GraphModule:
     set_output_zero_copy = _per_thread(RunContext.set_output_zero_copy)
     get_input = _per_thread(RunContext.get_input)
     get_output = _per_thread(RunContext.get_output)
+    capture_report = _per_thread(RunContext.capture_report)
     last_run_transfers = _per_thread(RunContext.last_run_transfers)
     profile = _per_thread(RunContext.profile)
     benchmark = _per_thread(RunContext.benchmark)

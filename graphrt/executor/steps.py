@@ -164,6 +164,8 @@ class StepTable:
         self._stale: set[int] = set()
         self.nids: list[int] = [spec.nid for spec in self._specs]
         self.kinds: list[str] = [spec.kind for spec in self._specs]
+        self.version = 0
+        """Counts the changes to ``steps``: a recording of them holds while it stays."""
 
     def rebind(self, arrays: Mapping[int, Array], *, defer: bool = False) -> None:
         """Bind entries to arrays and re-prepare their steps, or with ``defer`` only mark them
@@ -180,11 +182,13 @@ class StepTable:
         self._stale.difference_update(touched)
         for index in touched:
             self.steps[index] = self._specs[index].prepare(self.views)
+        self.version += bool(touched)
 
     def flush(self) -> None:
         """Re-prepare the steps :meth:`rebind` deferred."""
         for index in self._stale:
             self.steps[index] = self._specs[index].prepare(self.views)
+        self.version += bool(self._stale)
         self._stale.clear()
 
     def set_tail(self, tail: Sequence[tuple[Step, int]]) -> None:
@@ -194,3 +198,4 @@ class StepTable:
         self.steps[body:] = [step for step, _ in tail]
         self.nids[body:] = [nid for _, nid in tail]
         self.kinds[body:] = ["copy"] * len(tail)
+        self.version += 1

@@ -1,0 +1,218 @@
+"""Graph capture: record a run's device work once, then replay it with one launch per segment.
+
+With ``create(..., cuda_graph=True)`` a run context splits its steps into *segments*: maximal
+runs of consecutive kernels on one device whose backend records work
+(:meth:`graphrt.devices.Backend.capture`: cuda, and sim, which simulates it). Everything else
+(kernels on host devices, ``__copy`` nodes, copies into bound outputs) runs step by step
+between them, in order. A segment is recorded the second time the context runs with the same
+memory and shapes (the first run is a warm-up: cupy compiles its kernels and cuBLAS sets up,
+neither of which may happen inside a capture), and replayed from then on.
+
+A recording holds the addresses and shapes it was made with. So recordings are kept per
+*signature* (every step's kernel and its arrays' addresses, shapes and strides), at most
+:data:`MAX_GRAPHS` of them, least recently used dropped first: binding other memory zero-copy
+(``set_input_zero_copy``), or new shapes of a dynamic graph, record once more, and going back
+to memory or shapes seen before replays again. Zero-copy inputs are therefore read in place,
+not copied into stable buffers: CuPy offers no way to patch a graph's kernel arguments, and a
+copy per run would cost what zero-copy saves; a caller that alternates between a few buffers
+replays from the cache.
+
+A segment whose recording fails (a kernel that waits for the device on the host, say) runs
+step by step instead, and so does every later run of the context, with the reason logged once
+and given by :meth:`CaptureRunner.report`. Graphs whose shape functions read tensor values on
+the host are not captured at all: their shapes are known only while they run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..devices import Device, Replay, backend_for
+from .runner import Failure, execute
+from .steps import Step, StepTable
+
+__all__ = ["MAX_GRAPHS", "CaptureReport", "CaptureRunner"]
+
+logger = logging.getLogger("graphrt")
+
+MAX_GRAPHS = 8
+"""Recordings a run context keeps (one per signature: memory bound and shapes run with)."""
+
+
+@dataclass(frozen=True)
+class CaptureReport:
+    """How a run context uses graph capture (``GraphModule.capture_report()``).
+
+    Attributes:
+        enabled: runs replay recordings (False: capture was not asked for, or gave up).
+        reason: why runs go step by step, or None.
+        captures: recordings made (each also ran its work once).
+        replays: runs that launched recordings.
+        cached: recordings kept now (at most :data:`MAX_GRAPHS`).
+        segments: recorded segments in the latest recording.
+        eager_steps: steps of the latest recording that run one by one between them.
+    """
+
+    enabled: bool
+    reason: str | None
+    captures: int
+    replays: int
+    cached: int
+    segments: int
+    eager_steps: int
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Steps run in order: by ``replay`` when recorded, else one by one."""
+
+    steps: tuple[Step, ...]
+    nids: tuple[int, ...]
+    device: Device | None  # the recording device, None for steps run one by one
+    replay: Replay | None = None
+
+
+_WARMED = (_Segment((), (), None),)
+"""A signature seen once: its next run records."""
+
+
+class CaptureRunner:
+    """Runs a context's steps from recordings (see the module's docstring).
+
+    Args:
+        devices_of: per step, from its kind and node id, the device whose backend may record
+            it, or None for a step that always runs one by one.
+        reason: why nothing is to be recorded at all (the runner then runs step by step).
+    """
+
+    def __init__(self, devices_of: Callable[[str, int], Device | None],
+                 reason: str | None = None) -> None:
+        self._devices_of = devices_of
+        self._cache: OrderedDict[tuple[Any, ...], tuple[_Segment, ...]] = OrderedDict()
+        self._version = -1
+        self._current: tuple[_Segment, ...] | None = None
+        self._signature: tuple[Any, ...] = ()
+        self._reason = reason
+        self._captures = self._replays = 0
+        if reason is not None:
+            logger.info("graph capture is off for this graph: %s", reason)
+
+    @property
+    def enabled(self) -> bool:
+        return self._reason is None
+
+    def report(self) -> CaptureReport:
+        segments = self._current or ()
+        return CaptureReport(self.enabled, self._reason, self._captures, self._replays,
+                             len(self._cache), sum(s.replay is not None for s in segments),
+                             sum(len(s.steps) for s in segments if s.replay is None))
+
+    def run(self, table: StepTable, fail: Failure) -> None:
+        """One run of ``table``'s steps: replayed, recorded, or (first time, or when capture
+        is off) one by one. Errors are ``fail``'s, as in :func:`execute`."""
+        if self._reason is not None:
+            execute(table.steps, table.nids, fail)
+            return
+        if table.version != self._version:
+            self._signature = _signature(table.steps)
+            self._current = self._cache.get(self._signature)
+            self._version = table.version
+        segments = self._current
+        if segments is None:  # a warm-up run: record the next one
+            execute(table.steps, table.nids, fail)
+            self._remember(_WARMED)
+        elif segments is _WARMED:
+            self._remember(self._record(table, fail))
+        else:
+            self._cache.move_to_end(self._signature)
+            self._replays += 1
+            for segment in segments:
+                if segment.replay is None:
+                    execute(segment.steps, segment.nids, fail)
+                else:
+                    try:
+                        segment.replay.launch()
+                    except Exception as err:
+                        raise fail(segment.nids[0], err) from err
+
+    def _remember(self, segments: tuple[_Segment, ...]) -> None:
+        if self._reason is not None:
+            return
+        self._current = segments
+        self._cache[self._signature] = segments
+        self._cache.move_to_end(self._signature)
+        while len(self._cache) > MAX_GRAPHS:
+            self._cache.popitem(last=False)
+
+    def _record(self, table: StepTable, fail: Failure) -> tuple[_Segment, ...]:
+        """Split the steps into segments and run them, recording the device ones."""
+        done = []
+        for segment in _segments(table, self._devices_of):
+            if segment.device is None or self._reason is not None:
+                execute(segment.steps, segment.nids, fail)
+                done.append(segment)
+                continue
+            steps, nids = segment.steps, segment.nids
+            try:
+                replay = backend_for(segment.device).capture(functools.partial(
+                    execute, steps, nids, fail))
+            except Exception as err:  # any failure: run it step by step
+                execute(steps, nids, fail)  # a kernel's own error raises here, named
+                self._give_up(f"recording nodes {nids[0]}..{nids[-1]} on {segment.device} "
+                              f"failed ({type(err).__name__}: {err})")
+                done.append(_Segment(steps, nids, None))
+                continue
+            self._captures += 1
+            done.append(_Segment(steps, nids, segment.device, replay))
+        return tuple(done)
+
+    def _give_up(self, reason: str) -> None:
+        self._reason = reason
+        self._cache.clear()
+        self._current = None
+        logger.warning("graph capture is off for this run context from now on: %s; its runs "
+                       "go node by node", reason)
+
+
+def _segments(table: StepTable, devices_of: Callable[[str, int], Device | None]
+              ) -> list[_Segment]:
+    """Maximal runs of steps recorded on one device, and the steps between them."""
+    segments: list[_Segment] = []
+    steps: list[Step] = []
+    nids: list[int] = []
+    current: Device | None = None
+    for step, nid, kind in zip(table.steps, table.nids, table.kinds, strict=True):
+        device = devices_of(kind, nid)
+        if steps and device != current:
+            segments.append(_Segment(tuple(steps), tuple(nids), current))
+            steps, nids = [], []
+        current = device
+        steps.append(step)
+        nids.append(nid)
+    if steps:
+        segments.append(_Segment(tuple(steps), tuple(nids), current))
+    return segments
+
+
+def _signature(steps: Sequence[Step]) -> tuple[Any, ...]:
+    """What a recording of ``steps`` depends on: each kernel, and its arrays' addresses,
+    shapes, strides and dtypes (lowered functions' calls included)."""
+    return tuple((id(fn), _arrays(args)) for fn, args in steps)
+
+
+def _arrays(args: Sequence[Any]) -> tuple[Any, ...]:
+    found: list[Any] = []
+    for arg in args:
+        if isinstance(arg, tuple | list):
+            found.append(_arrays(arg))
+        elif hasattr(arg, "strides"):
+            face = getattr(arg, "__cuda_array_interface__", None) or arg.__array_interface__
+            found.append((face["data"][0], arg.shape, arg.strides, arg.dtype.str))
+        else:
+            found.append(id(arg))
+    return tuple(found)
