@@ -69,15 +69,24 @@ class CaptureReport:
 
 @dataclass(frozen=True)
 class _Segment:
-    """Steps run in order: by ``replay`` when recorded, else one by one."""
+    """Consecutive steps, and the device that records them (None: run one by one)."""
 
     steps: tuple[Step, ...]
     nids: tuple[int, ...]
-    device: Device | None  # the recording device, None for steps run one by one
-    replay: Replay | None = None
+    device: Device | None
 
 
-_WARMED = (_Segment((), (), None),)
+@dataclass(frozen=True)
+class _Recording:
+    """A run as steps: each recorded segment one step launching its recording (under the id
+    of its first node), the steps between as they are."""
+
+    steps: tuple[Step, ...]
+    nids: tuple[int, ...]
+    segments: int
+
+
+_WARMED = _Recording((), (), 0)
 """A signature seen once: its next run records."""
 
 
@@ -93,9 +102,9 @@ class CaptureRunner:
     def __init__(self, devices_of: Callable[[str, int], Device | None],
                  reason: str | None = None) -> None:
         self._devices_of = devices_of
-        self._cache: OrderedDict[tuple[Any, ...], tuple[_Segment, ...]] = OrderedDict()
+        self._cache: OrderedDict[tuple[Any, ...], _Recording] = OrderedDict()
         self._version = -1
-        self._current: tuple[_Segment, ...] | None = None
+        self._current: _Recording | None = None
         self._signature: tuple[Any, ...] = ()
         self._reason = reason
         self._captures = self._replays = 0
@@ -107,10 +116,10 @@ class CaptureRunner:
         return self._reason is None
 
     def report(self) -> CaptureReport:
-        segments = self._current or ()
+        recording = self._current or _WARMED
         return CaptureReport(self.enabled, self._reason, self._captures, self._replays,
-                             len(self._cache), sum(s.replay is not None for s in segments),
-                             sum(len(s.steps) for s in segments if s.replay is None))
+                             len(self._cache), recording.segments,
+                             len(recording.steps) - recording.segments)
 
     def run(self, table: StepTable, fail: Failure) -> None:
         """One run of ``table``'s steps: replayed, recorded, or (first time, or when capture
@@ -122,54 +131,59 @@ class CaptureRunner:
             self._signature = _signature(table.steps)
             self._current = self._cache.get(self._signature)
             self._version = table.version
-        segments = self._current
-        if segments is None:  # a warm-up run: record the next one
+        recording = self._current
+        if recording is None:  # a warm-up run: record the next one
             execute(table.steps, table.nids, fail)
             self._remember(_WARMED)
-        elif segments is _WARMED:
+        elif recording is _WARMED:
             self._remember(self._record(table, fail))
         else:
             self._cache.move_to_end(self._signature)
             self._replays += 1
-            for segment in segments:
-                if segment.replay is None:
-                    execute(segment.steps, segment.nids, fail)
-                else:
-                    try:
-                        segment.replay.launch()
-                    except Exception as err:
-                        raise fail(segment.nids[0], err) from err
+            execute(recording.steps, recording.nids, fail)
 
-    def _remember(self, segments: tuple[_Segment, ...]) -> None:
+    def _remember(self, recording: _Recording) -> None:
         if self._reason is not None:
             return
-        self._current = segments
-        self._cache[self._signature] = segments
+        self._current = recording
+        self._cache[self._signature] = recording
         self._cache.move_to_end(self._signature)
         while len(self._cache) > MAX_GRAPHS:
             self._cache.popitem(last=False)
 
-    def _record(self, table: StepTable, fail: Failure) -> tuple[_Segment, ...]:
+    def _record(self, table: StepTable, fail: Failure) -> _Recording:
         """Split the steps into segments and run them, recording the device ones."""
-        done = []
+        steps: list[Step] = []
+        nids: list[int] = []
+        recorded = 0
         for segment in _segments(table, self._devices_of):
+            replay = None
             if segment.device is None or self._reason is not None:
                 execute(segment.steps, segment.nids, fail)
-                done.append(segment)
-                continue
-            steps, nids = segment.steps, segment.nids
-            try:
-                replay = backend_for(segment.device).capture(functools.partial(
-                    execute, steps, nids, fail))
-            except Exception as err:  # any failure: run it step by step
-                execute(steps, nids, fail)  # a kernel's own error raises here, named
-                self._give_up(f"recording nodes {nids[0]}..{nids[-1]} on {segment.device} "
-                              f"failed ({type(err).__name__}: {err})")
-                done.append(_Segment(steps, nids, None))
-                continue
-            self._captures += 1
-            done.append(_Segment(steps, nids, segment.device, replay))
-        return tuple(done)
+            else:
+                replay = self._capture(segment, fail)
+            if replay is None:
+                steps.extend(segment.steps)
+                nids.extend(segment.nids)
+            else:
+                steps.append((replay.launch, ()))
+                nids.append(segment.nids[0])
+                recorded += 1
+        return _Recording(tuple(steps), tuple(nids), recorded)
+
+    def _capture(self, segment: _Segment, fail: Failure) -> Replay | None:
+        """Record and run ``segment``; None if it could not be recorded (it ran one by one)."""
+        assert segment.device is not None
+        work = functools.partial(execute, segment.steps, segment.nids, fail)
+        try:
+            replay = backend_for(segment.device).capture(work)
+        except Exception as err:  # any failure: run it step by step
+            work()  # a kernel's own error raises here, named
+            self._give_up(f"recording nodes {segment.nids[0]}..{segment.nids[-1]} on "
+                          f"{segment.device} failed ({type(err).__name__}: {err})")
+            return None
+        self._captures += replay is not None
+        return replay
 
     def _give_up(self, reason: str) -> None:
         self._reason = reason
