@@ -48,6 +48,7 @@ import numpy as np
 
 from .fusion import ElementwiseRun, elementwise_runs
 from .ops import TensorType
+from .ops.host_jit import load_numba
 
 __all__ = ["CpuLoop", "cache_dir", "compile_loop", "fused_runs", "loop_source",
            "python_steps"]
@@ -378,15 +379,7 @@ def _numpy_path(reason: str) -> None:
 
 def _numba() -> Any:
     """The numba module, or None (the reason logged once per process)."""
-    if os.environ.get("GRAPHRT_JIT", "1") == "0":
-        _numpy_path("GRAPHRT_JIT=0")
-        return None
-    try:
-        import numba  # optional, and slow to import: only when a run is fused
-    except ImportError as err:
-        _numpy_path(f"numba is not installed ({err}); pip install 'graphrt[jit]'")
-        return None
-    return numba
+    return load_numba(_numpy_path)
 
 
 def compile_loop(loop: CpuLoop) -> Kernel | None:

@@ -34,7 +34,7 @@ Layouts and conventions:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
 from typing import Annotated, Any, Literal
@@ -55,6 +55,7 @@ from .base import (
     register_op,
 )
 from .convolution import conv_workspace, run_conv
+from .host_jit import row_kernels, rows_fit, run_rows
 from .normalization import NormalizeAttrs, normalize
 from .pooling import AxisWindow, window_reduce
 from .resize import ResizeAttrs, resize
@@ -654,6 +655,21 @@ def _layer_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     normalize(xp, [x, scale, shift], outputs, _normalize_attrs(axis, attrs.epsilon))
 
 
+def _layer_norm_kernel(xp: Any, attrs: LayerNormAttrs) -> Callable[..., None]:
+    """``layer_norm`` as a kernel: on the host, rows over the last axis by the compiled row
+    kernel (one call, float64 sums) where numba is installed, else :func:`_layer_norm`."""
+    rows = row_kernels() if xp is np else None
+
+    def kernel(x: Any, gamma: Any, beta: Any, out: Any) -> None:
+        if rows is not None and rows_fit(x, out, normalize_axis(attrs.axis, x.ndim), gamma,
+                                         beta):
+            run_rows(rows.layer_norm_rows, x, out, gamma, beta, extra=(attrs.epsilon,))
+        else:
+            _layer_norm(xp, [x, gamma, beta], [out], attrs)
+
+    return kernel
+
+
 @lru_cache(maxsize=256)
 def _normalize_attrs(axis: int, epsilon: float) -> NormalizeAttrs:
     """``layer_norm`` as ``normalize`` over one axis (built once, not on every run)."""
@@ -716,6 +732,6 @@ register_op(OpDef(name="global_max_pool2d", attrs=NoAttrs, arity=1,
 register_op(OpDef(name="batch_norm", attrs=BatchNormAttrs, arity=5, infer=_infer_batch_norm,
                   compute=_batch_norm))
 register_op(OpDef(name="layer_norm", attrs=LayerNormAttrs, arity=3, infer=_infer_layer_norm,
-                  compute=_layer_norm))
+                  compute=_layer_norm, kernel=_layer_norm_kernel))
 register_op(OpDef(name="resize2d", attrs=Resize2DAttrs, arity=1, infer=_infer_resize2d,
                   compute=_resize2d))

@@ -1,0 +1,93 @@
+"""numba on the host, where it is installed: the one check of whether compiled host kernels
+may be used, and the compiled row kernels of ``layer_norm`` and ``softmax``
+(:mod:`graphrt.lib.ops.row_kernels`).
+
+numba is optional (the extra ``graphrt[jit]``); without it, or with ``GRAPHRT_JIT=0``, every
+op keeps its numpy path and the reason is logged once per process. The row kernels are
+compiled (or loaded from numba's disk cache) when a kernel factory first asks for them,
+which is at ``create()``.
+
+Example:
+    >>> kernels = row_kernels()  # None without numba
+    >>> kernels is None or callable(kernels.softmax_rows)
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = ["load_numba", "row_kernels", "rows_fit", "run_rows"]
+
+logger = logging.getLogger(__name__)
+
+_LOGGED: set[str] = set()  # the reasons the row kernels took the numpy path, each logged once
+
+
+def load_numba(why_not: Callable[[str], None]) -> Any:
+    """The numba module, or None after ``why_not(reason)`` (``GRAPHRT_JIT=0``, not
+    installed)."""
+    if os.environ.get("GRAPHRT_JIT", "1") == "0":
+        why_not("GRAPHRT_JIT=0")
+        return None
+    try:
+        import numba  # optional, and slow to import: only when a kernel asks for it
+    except ImportError as err:
+        why_not(f"numba is not installed ({err}); pip install 'graphrt[jit]'")
+        return None
+    return numba
+
+
+def _numpy_path(reason: str) -> None:
+    if reason not in _LOGGED:
+        _LOGGED.add(reason)
+        logger.info("graphrt: layer_norm and softmax on cpu take the numpy path: %s", reason)
+
+
+def row_kernels() -> ModuleType | None:
+    """:mod:`graphrt.lib.ops.row_kernels`, compiled; None where numba is missing, switched
+    off or fails to compile them (the reason logged once)."""
+    numba = load_numba(_numpy_path)
+    if numba is None:
+        return None
+    try:
+        from . import row_kernels as compiled
+    except (ImportError, OSError, numba.core.errors.NumbaError) as err:
+        _numpy_path(f"numba could not compile them ({type(err).__name__}: {err})")
+        return None
+    return compiled
+
+
+_ROW_DTYPES = (np.dtype("float32"), np.dtype("float64"))
+
+
+def rows_fit(x: Any, out: Any, axis: int, *vectors: Any) -> bool:
+    """Whether a row kernel can take ``x`` into ``out`` along ``axis``: host arrays (cpu's or
+    sim's) of one float32 or float64 dtype, not empty, ``axis`` the last one, and each of
+    ``vectors`` 1-D over it."""
+    return (isinstance(x, np.ndarray) and isinstance(out, np.ndarray)
+            and x.dtype in _ROW_DTYPES and out.dtype == x.dtype and out.shape == x.shape
+            and x.size > 0 and axis == x.ndim - 1
+            and all(isinstance(v, np.ndarray) and v.dtype == x.dtype
+                    and v.shape == x.shape[-1:] for v in vectors))
+
+
+def run_rows(kernel: Callable[..., None], x: Any, out: Any, *vectors: Any,
+             extra: tuple[Any, ...] = ()) -> None:
+    """``kernel(rows, *vectors, out_rows, *extra)`` over the rows of ``x`` (see
+    :func:`rows_fit`), through contiguous copies where ``x``, a vector or ``out`` is strided,
+    so that the result is the same bits whatever the layout."""
+    width = x.shape[-1]
+    src = np.ascontiguousarray(x).reshape(-1, width)
+    dest = np.asarray(out)
+    direct = dest.flags.c_contiguous
+    target = dest.reshape(-1, width) if direct else np.empty_like(src)
+    kernel(src, *(np.ascontiguousarray(v) for v in vectors), target, *extra)
+    if not direct:
+        dest[...] = target.reshape(dest.shape)
