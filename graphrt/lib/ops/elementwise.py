@@ -43,7 +43,7 @@ from .base import (
     register_op,
     result_dtype,
 )
-from .host_jit import row_kernels, rows_fit, run_rows
+from .host_jit import host_rows
 from .reductions import row_sums
 
 __all__ = [
@@ -709,15 +709,10 @@ def _softmax_like(name: str, log: bool) -> None:
     def kernel(xp: Any, attrs: SoftmaxAttrs) -> Callable[..., None]:
         """On the host, softmax over the last axis by the compiled row kernel (one call)
         where numba is installed; else ``compute``."""
-        rows = row_kernels() if xp is np and not log else None
+        def numpy_path(x: Any, out: Any) -> None:
+            compute(xp, [x], [out], attrs)
 
-        def run(x: Any, out: Any) -> None:
-            if rows is not None and rows_fit(x, out, normalize_axis(attrs.axis, x.ndim)):
-                run_rows(rows.softmax_rows, x, out)
-            else:
-                compute(xp, [x], [out], attrs)
-
-        return run
+        return numpy_path if log else host_rows(xp, "softmax_rows", attrs.axis, numpy_path)
 
     _register(name, SoftmaxAttrs, 1, infer, compute, kernel=kernel)
 

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-__all__ = ["load_numba", "row_kernels", "rows_fit", "run_rows"]
+from .base import normalize_axis
+
+__all__ = ["host_rows", "load_numba", "row_kernels"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +69,37 @@ def row_kernels() -> ModuleType | None:
 _ROW_DTYPES = (np.dtype("float32"), np.dtype("float64"))
 
 
-def rows_fit(x: Any, out: Any, axis: int, *vectors: Any) -> bool:
+def host_rows(xp: Any, name: str, axis: int, fallback: Callable[..., None],
+              extra: tuple[Any, ...] = ()) -> Callable[..., None]:
+    """A kernel ``(x, *vectors, out)`` that runs the compiled row kernel ``name`` of
+    :mod:`graphrt.lib.ops.row_kernels` as ``name(rows, *vectors, out_rows, *extra)`` where
+    it fits (see :func:`_fits`), else ``fallback`` with the same arguments; ``fallback``
+    itself off the host or without numba.
+
+    Example:
+        >>> kernel = host_rows(np, "softmax_rows", -1, lambda x, out: None)
+        >>> x = np.zeros((2, 4), dtype=np.float32)
+        >>> out = np.empty_like(x)
+        >>> kernel(x, out)
+        >>> bool(np.allclose(out, 0.25)) or row_kernels() is None
+        True
+    """
+    rows = row_kernels() if xp is np else None
+    if rows is None:
+        return fallback
+    compiled = getattr(rows, name)
+
+    def kernel(x: Any, *rest: Any) -> None:
+        *vectors, out = rest
+        if _fits(x, out, normalize_axis(axis, x.ndim), vectors):
+            _run_rows(compiled, x, out, vectors, extra)
+        else:
+            fallback(x, *rest)
+
+    return kernel
+
+
+def _fits(x: Any, out: Any, axis: int, vectors: Sequence[Any]) -> bool:
     """Whether a row kernel can take ``x`` into ``out`` along ``axis``: host arrays (cpu's or
     sim's) of one float32 or float64 dtype, not empty, ``axis`` the last one, and each of
     ``vectors`` 1-D over it."""
@@ -78,11 +110,11 @@ def rows_fit(x: Any, out: Any, axis: int, *vectors: Any) -> bool:
                     and v.shape == x.shape[-1:] for v in vectors))
 
 
-def run_rows(kernel: Callable[..., None], x: Any, out: Any, *vectors: Any,
-             extra: tuple[Any, ...] = ()) -> None:
-    """``kernel(rows, *vectors, out_rows, *extra)`` over the rows of ``x`` (see
-    :func:`rows_fit`), through contiguous copies where ``x``, a vector or ``out`` is strided,
-    so that the result is the same bits whatever the layout."""
+def _run_rows(kernel: Callable[..., None], x: Any, out: Any, vectors: Sequence[Any],
+              extra: tuple[Any, ...]) -> None:
+    """``kernel(rows, *vectors, out_rows, *extra)`` over the rows of ``x``, through
+    contiguous copies where ``x``, a vector or ``out`` is strided, so that the result is the
+    same bits whatever the layout."""
     width = x.shape[-1]
     src = np.ascontiguousarray(x).reshape(-1, width)
     dest = np.asarray(out)

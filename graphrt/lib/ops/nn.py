@@ -55,7 +55,7 @@ from .base import (
     register_op,
 )
 from .convolution import conv_workspace, run_conv
-from .host_jit import row_kernels, rows_fit, run_rows
+from .host_jit import host_rows
 from .normalization import NormalizeAttrs, normalize
 from .pooling import AxisWindow, window_reduce
 from .resize import ResizeAttrs, resize
@@ -658,16 +658,10 @@ def _layer_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 def _layer_norm_kernel(xp: Any, attrs: LayerNormAttrs) -> Callable[..., None]:
     """``layer_norm`` as a kernel: on the host, rows over the last axis by the compiled row
     kernel (one call, float64 sums) where numba is installed, else :func:`_layer_norm`."""
-    rows = row_kernels() if xp is np else None
+    def numpy_path(x: Any, gamma: Any, beta: Any, out: Any) -> None:
+        _layer_norm(xp, [x, gamma, beta], [out], attrs)
 
-    def kernel(x: Any, gamma: Any, beta: Any, out: Any) -> None:
-        if rows is not None and rows_fit(x, out, normalize_axis(attrs.axis, x.ndim), gamma,
-                                         beta):
-            run_rows(rows.layer_norm_rows, x, out, gamma, beta, extra=(attrs.epsilon,))
-        else:
-            _layer_norm(xp, [x, gamma, beta], [out], attrs)
-
-    return kernel
+    return host_rows(xp, "layer_norm_rows", attrs.axis, numpy_path, extra=(attrs.epsilon,))
 
 
 @lru_cache(maxsize=256)

@@ -107,7 +107,7 @@ def softmax_rows(x: np.ndarray, out: np.ndarray) -> None:
     (_softmax32 if x.dtype == np.float32 else _softmax64)(x, out)
 
 
-@numba.njit(cache=True, fastmath=True)  # no NaN assumed: one in the row makes it NaN after
+@numba.njit(inline="always", cache=True, fastmath=_FAST)  # no no-NaN/no-inf assumption
 def _row_max(row: np.ndarray) -> Any:
     top = row[0]
     for i in range(1, row.shape[0]):
