@@ -41,6 +41,7 @@ from ..errors import (
     describe,
     expect_type,
 )
+from ..lib import freeze
 from .benchmark import BenchmarkResult, check_count, time_calls
 from .capture import CaptureReport, CaptureRunner
 from .compiled import CompiledGraph
@@ -655,6 +656,8 @@ class RunContext:
                 buffer = allocate(dev, src.nbytes, f"param {self.graph.input_names[position]!r}")
                 array = backend_for(dev).view(buffer, tuple(src.shape), src.dtype)
                 copier(src_dev, dev)(src, array)
+                if isinstance(array, np.ndarray):
+                    freeze(array)  # only read from now on: kernels may prepare it once
             arrays[position] = (array, dev)
         for dev in {dev for _, dev in arrays.values()}:
             backend_for(dev).synchronize()  # every context's stream may read them next

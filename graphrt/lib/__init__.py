@@ -1,6 +1,7 @@
 """Kernel libraries: ``func_name`` (and device type) → kernel or declarative function."""
 
 from .declarative import FunctionSpec, FusedFunction, LibrarySpec, StepSpec
+from .frozen import derived, freeze, is_frozen
 from .library import Kernel, Library, LibrarySource, as_library
 from .lowering import LoweredCall, Lowering, Resize
 from .ops import OPS, OpDef, OpError, TensorType, get_op
@@ -24,5 +25,8 @@ __all__ = [
     "StepSpec",
     "TensorType",
     "as_library",
+    "derived",
+    "freeze",
     "get_op",
+    "is_frozen",
 ]

@@ -126,9 +126,7 @@ class CpuLoop:
     kernel: str
     wrapper: str | None
     arguments: tuple[TensorType, ...]
-    """Types of the kernel's arguments, in order (its signature)."""
-    gathered: frozenset[int] = frozenset()
-    """The arguments the wrapper gathers (read-only arrays)."""
+    """Types of the kernel's arguments, in order (its signature): inputs, then the output."""
 
 
 def _padded(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -272,8 +270,7 @@ def loop_source(run: ElementwiseRun, steps: Sequence[Step], types: dict[str, Ten
     argument_types = [types[n] for n in direct]
     argument_types += [TensorType((len(chain.values),), types[steps[chain.first][2][0]].dtype)
                        for chain in chains]
-    return CpuLoop(kernel, _wrapper(run, direct, chains, types), (*argument_types, out),
-                   frozenset(range(len(direct), len(direct) + len(chains))))
+    return CpuLoop(kernel, _wrapper(run, direct, chains, types), (*argument_types, out))
 
 
 def _wrapper(run: ElementwiseRun, direct: list[str], chains: list[_Chain],
@@ -388,8 +385,9 @@ def compile_loop(loop: CpuLoop) -> Kernel | None:
     numba = _numba()
     if numba is None:
         return None
+    last = len(loop.arguments) - 1  # the output; inputs may be read-only (frozen params)
     signature = tuple(numba.types.Array(numba.from_dtype(np.dtype(t.dtype)), t.ndim, "C",
-                                        readonly=k in loop.gathered)
+                                        readonly=k != last)
                       for k, t in enumerate(loop.arguments))
     dtypes = sorted({t.dtype for t in loop.arguments} | set(_DTYPES))
     text = _HEADER + "".join(f"_{d} = _np.{d}_\n" if d == "bool" else f"_{d} = _np.{d}\n"

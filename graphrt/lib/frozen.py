@@ -1,0 +1,88 @@
+"""Host arrays that never change while they live (published params), and values derived from
+them once: a kernel that prepares a weight (packs it for a micro-kernel) does so once per
+loaded weight instead of on every run.
+
+The executor freezes every param it publishes on a host device (its own copy, which it then
+only reads: loading params publishes new arrays, never writes old ones). A kernel asks
+:func:`derived` for its prepared form of an input: computed once for a frozen array (and its
+views), kept while the array lives, and computed on every call for anything else, since that
+memory may be written between runs (activations, a ``set_input`` of a param name, caller
+memory bound with zero copy).
+
+Example:
+    >>> import numpy as np
+    >>> weight = np.arange(4.0)
+    >>> freeze(weight)
+    >>> first = derived(weight, "doubled", lambda: weight * 2)
+    >>> first is derived(weight, "doubled", lambda: weight * 2)  # computed once
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["derived", "freeze", "is_frozen"]
+
+_lock = threading.Lock()
+_roots: dict[int, weakref.ref[np.ndarray[Any, Any]]] = {}  # id -> the frozen memory's owner
+_values: dict[tuple[Hashable, ...], Any] = {}  # (root id, view, key) -> derived value
+
+
+def _root(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The array that owns ``array``'s memory (the last array of its ``base`` chain)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _forget(ident: int) -> None:
+    with _lock:
+        _roots.pop(ident, None)
+        for key in [key for key in _values if key[0] == ident]:
+            del _values[key]
+
+
+def freeze(array: np.ndarray[Any, Any]) -> None:
+    """Make ``array`` read-only and promise that its memory never changes while it lives.
+
+    Only for memory graphrt owns and no one else can reach writable (a param's own copy).
+    """
+    array.flags.writeable = False
+    root = _root(array)
+    with _lock:
+        if id(root) in _roots:
+            return
+        _roots[id(root)] = weakref.ref(root)
+    weakref.finalize(root, _forget, id(root))
+
+
+def is_frozen(array: Any) -> bool:
+    """Whether ``array`` is a view of memory :func:`freeze` was given (and still read-only)."""
+    if not isinstance(array, np.ndarray) or array.flags.writeable:
+        return False
+    root = _root(array)
+    ref = _roots.get(id(root))
+    return ref is not None and ref() is root
+
+
+def derived(array: Any, key: Hashable, make: Callable[[], Any]) -> Any:
+    """``make()``, computed once per frozen ``array`` and ``key`` (then kept while the array
+    lives), or on every call when ``array`` is not frozen."""
+    if not is_frozen(array):
+        return make()
+    root = _root(array)
+    view = (id(root), array.__array_interface__["data"][0], array.shape, array.strides,
+            array.dtype.str, key)
+    value = _values.get(view)
+    if value is None:
+        value = make()
+        with _lock:
+            if _roots.get(id(root)) is not None:  # not forgotten meanwhile
+                _values[view] = value
+    return value
