@@ -30,6 +30,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
+from . import host_jit
 from .base import (
     Attrs,
     OpDef,
@@ -40,6 +41,7 @@ from .base import (
     matmul,
     register_op,
 )
+from .host_conv import DirectPlan, direct_plan, quiet_helpers, run_direct
 
 __all__ = ["ConvAttrs", "ConvTransposeAttrs", "EinsumAttrs", "Window", "window_range"]
 
@@ -246,8 +248,12 @@ class Planes:
 class ConvPlan:
     """How one convolution runs at given shapes, and the workspace it needs.
 
-    Two algorithms:
+    Three algorithms:
 
+    * direct (host, 2-D float32 of one group, where numba is installed; see
+      :mod:`graphrt.lib.ops.host_conv`): a compiled kernel over tiles of 16 output channels x
+      6 pixels of the padded data (``cols`` is that padded copy, none where no padding is
+      needed), the bias in the kernel, no im2col or GEMM.
     * GEMM: im2col into ``cols`` ``[G, C/G*K, N*OUT]`` (one strided copy per kernel offset,
       zeros written only where the window reads padding), one matmul per group over the
       whole batch into ``result`` ``[O, N*OUT]``, then one pass moving it to NCHW and adding
@@ -273,6 +279,7 @@ class ConvPlan:
         taps: GEMM, per kernel offset with valid positions: (flat offset, output region, data
             region).
         borders: GEMM, per kernel offset: the regions of its im2col slab that read padding.
+        direct: the direct convolution's geometry, None for the other two.
     """
 
     work: str
@@ -284,6 +291,7 @@ class ConvPlan:
     chunk: int = 0
     taps: tuple[tuple[int, Index, Index], ...] = ()
     borders: tuple[tuple[Index, ...], ...] = ()
+    direct: DirectPlan | None = None
 
     def workspace(self) -> list[TensorType]:
         """The workspace arrays ``cols, result, temp``, in the order the kernel takes them
@@ -305,10 +313,12 @@ _BLOCK = 1 << 16
 @lru_cache(maxsize=512)
 def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtype: str,
               gemm: str, host: bool, groups: int, strides: tuple[int, ...],
-              dilation: tuple[int, ...], begin: tuple[int, ...]) -> ConvPlan:
+              dilation: tuple[int, ...], begin: tuple[int, ...], direct: bool = False
+              ) -> ConvPlan:
     """The :class:`ConvPlan` of a convolution of data ``x``, weight ``w`` into ``out`` (shapes)
     of ``dtype`` whose matrix products run in ``gemm`` (:func:`gemm_dtype`); ``host``: the
-    array namespace is numpy (cpu, sim), else cupy.
+    array namespace is numpy (cpu, sim), else cupy; ``direct``: the compiled direct kernel
+    may be used (:func:`direct_allowed`).
 
     Example:
         >>> plan = conv_plan((8, 512, 7, 7), (512, 512, 3, 3), (8, 512, 7, 7), "float32",
@@ -322,6 +332,11 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
     if groups > 1 and cg == 1 and len(space) == 2:
         return _depthwise_plan(x, w, out, accumulator(dtype).name, host, strides, dilation,
                                begin)
+    pointwise = ksize == 1 and all(s == 1 for s in strides) and out_space == space
+    if (direct and host and dtype == gemm == "float32" and groups == 1 and len(space) == 2
+            and not pointwise):  # a pointwise one is a GEMM over the data as it is
+        geometry = direct_plan(x, w, out, strides, dilation, begin)
+        return ConvPlan(dtype, geometry.workspace, None, None, direct=geometry)
     taps = []
     borders = []
     for flat, offset in enumerate(itertools.product(*(range(k) for k in kernel))):
@@ -331,8 +346,7 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
         if all(d1 > d0 for d0, d1, _ in ranges):
             taps.append((flat, *_regions(ranges, strides)))
     per_image = n == 1 or osize >= _PER_IMAGE
-    own = (per_image and ksize == 1 and all(s == 1 for s in strides) and not any(begin)
-           and out_space == space and gemm == dtype)
+    own = per_image and pointwise and not any(begin) and gemm == dtype
     rows = cg * ksize
     cols = None if own else (n, groups, rows, osize) if per_image else (groups, rows, n * osize)
     result = (None if per_image and gemm == dtype else (n, w[0], osize) if per_image
@@ -407,8 +421,10 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
         run_conv(xp, inputs, [whole], groups, strides, dilation, begin)
         out[...] = whole
         return
+    kernels = host_jit.direct_conv() if xp is np else None  # as direct_allowed(xp)
     plan = conv_plan(tuple(x.shape), tuple(weight.shape), tuple(out.shape), str(x.dtype),
-                     gemm_dtype(xp, x.dtype).name, xp is np, groups, strides, dilation, begin)
+                     gemm_dtype(xp, x.dtype).name, xp is np, groups, strides, dilation, begin,
+                     kernels is not None)
     spaces = list(outputs[1:]) or [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype))
                                    for t in plan.workspace()]
     if len(spaces) != 3:
@@ -416,9 +432,14 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
     buffers = [None if shape is None else space
                for shape, space in zip((plan.cols, plan.result, plan.temp), spaces, strict=True)]
     bias = inputs[2] if len(inputs) == 3 else None
-    if plan.planes is not None:
+    if plan.direct is not None:
+        assert kernels is not None
+        run_direct(kernels, plan.direct, x, weight, bias, out, buffers[0])
+    elif plan.planes is not None:
         _depthwise(xp, plan, x, weight, bias, out, *buffers)
     else:
+        if xp is np:
+            quiet_helpers()  # the GEMM runs on OpenBLAS's threads
         _gemm_conv(xp, plan, x, weight, bias, out, *buffers)
 
 
@@ -539,7 +560,12 @@ def conv_workspace(xp: Any, types: Sequence[TensorType], out: TensorType, groups
         return [TensorType((0,), accumulator(dtype).name)] * 3
     return conv_plan(types[0].shape, types[1].shape, out.shape, dtype,
                      gemm_dtype(xp, dtype).name, xp is np, groups, strides, dilation,
-                     begin).workspace()
+                     begin, direct_allowed(xp)).workspace()
+
+
+def direct_allowed(xp: Any) -> bool:
+    """Whether convolutions in ``xp`` may run the compiled direct kernel (host, numba)."""
+    return xp is np and host_jit.direct_conv() is not None
 
 
 def _conv_workspace(xp: Any, types: Sequence[TensorType], attrs: ConvAttrs

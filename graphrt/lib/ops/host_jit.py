@@ -1,11 +1,12 @@
 """numba on the host, where it is installed: the one check of whether compiled host kernels
-may be used, and the compiled row kernels of ``layer_norm`` and ``softmax``
-(:mod:`graphrt.lib.ops.row_kernels`).
+may be used, the compiled row kernels of ``layer_norm`` and ``softmax``
+(:mod:`graphrt.lib.ops.row_kernels`) and the direct convolution
+(:mod:`graphrt.lib.ops.direct_conv`).
 
 numba is optional (the extra ``graphrt[jit]``); without it, or with ``GRAPHRT_JIT=0``, every
-op keeps its numpy path and the reason is logged once per process. The row kernels are
-compiled (or loaded from numba's disk cache) when a kernel factory first asks for them,
-which is at ``create()``.
+op keeps its numpy path and the reason is logged once per process. The compiled modules are
+compiled (or loaded from numba's disk cache) when a kernel or plan first asks for them, which
+is at ``create()``.
 
 Example:
     >>> kernels = row_kernels()  # None without numba
@@ -15,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -25,11 +27,11 @@ import numpy as np
 
 from .base import normalize_axis
 
-__all__ = ["host_rows", "load_numba", "row_kernels"]
+__all__ = ["direct_conv", "host_rows", "load_numba", "row_kernels"]
 
 logger = logging.getLogger(__name__)
 
-_LOGGED: set[str] = set()  # the reasons the row kernels took the numpy path, each logged once
+_LOGGED: set[str] = set()  # the reasons a compiled module was not used, each logged once
 
 
 def load_numba(why_not: Callable[[str], None]) -> Any:
@@ -46,24 +48,36 @@ def load_numba(why_not: Callable[[str], None]) -> Any:
     return numba
 
 
-def _numpy_path(reason: str) -> None:
-    if reason not in _LOGGED:
-        _LOGGED.add(reason)
-        logger.info("graphrt: layer_norm and softmax on cpu take the numpy path: %s", reason)
+def _compiled(name: str, what: str) -> ModuleType | None:
+    """The compiled module ``graphrt.lib.ops.<name>``; None where numba is missing, switched
+    off or fails to compile it, after logging once that ``what`` (the ops it serves, and the
+    path they take instead) is used, and why."""
+    def why_not(reason: str) -> None:
+        line = f"graphrt: {what}: {reason}"
+        if line not in _LOGGED:
+            _LOGGED.add(line)
+            logger.info(line)
+
+    numba = load_numba(why_not)
+    if numba is None:
+        return None
+    try:
+        return importlib.import_module(f"{__package__}.{name}")
+    except (ImportError, OSError, numba.core.errors.NumbaError) as err:
+        why_not(f"numba could not compile them ({type(err).__name__}: {err})")
+        return None
 
 
 def row_kernels() -> ModuleType | None:
     """:mod:`graphrt.lib.ops.row_kernels`, compiled; None where numba is missing, switched
     off or fails to compile them (the reason logged once)."""
-    numba = load_numba(_numpy_path)
-    if numba is None:
-        return None
-    try:
-        from . import row_kernels as compiled
-    except (ImportError, OSError, numba.core.errors.NumbaError) as err:
-        _numpy_path(f"numba could not compile them ({type(err).__name__}: {err})")
-        return None
-    return compiled
+    return _compiled("row_kernels", "layer_norm and softmax on cpu take the numpy path")
+
+
+def direct_conv() -> ModuleType | None:
+    """:mod:`graphrt.lib.ops.direct_conv`, compiled; None where numba is missing, switched
+    off or fails to compile it (the reason logged once)."""
+    return _compiled("direct_conv", "float32 convolutions on cpu take the im2col + GEMM path")
 
 
 _ROW_DTYPES = (np.dtype("float32"), np.dtype("float64"))

@@ -1,0 +1,256 @@
+"""The direct convolution on the host: its geometry at given shapes, and the call that runs
+the compiled kernel of :mod:`graphrt.lib.ops.direct_conv` over the cores.
+
+A 2-D float32 convolution of one group runs with no im2col and no GEMM: the data is copied
+once into a padded buffer (the workspace; only its border is zeroed, and data that needs no
+padding is read in place), the weight is packed 16 output channels at a time once per loaded
+weight (:func:`graphrt.lib.frozen.derived`), and the tiles of 16 channels x 6 pixels are run
+on the calling thread and helper threads, one per other core (the compiled kernel releases
+the GIL). Threads claim tiles a few at a time from a shared counter, so a
+helper that starts late takes less or none of the work, and the calling thread returns once
+every tile is done (see :class:`_Crew`). Safe to call from several threads at once: one
+caller at a time has the helpers, the others run alone.
+
+Example:
+    >>> plan = direct_plan((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 8, 8), (1, 1), (1, 1),
+    ...                    (1, 1))
+    >>> plan.workspace, plan.length, plan.jobs  # a padded 10x10 copy; 64 pixels in 11 tiles
+    ((300,), 64, 11)
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ..frozen import derived
+
+__all__ = ["DirectPlan", "direct_plan", "quiet_helpers", "run_direct"]
+
+_CHANNELS, _PIXELS = 16, 6  # a tile, as in direct_conv (not imported: that needs numba)
+
+_MIN_WORK = 50_000
+"""Tile-taps (about 7 cycles each) below which a convolution runs on the calling thread
+alone: bringing in the helpers costs tens of microseconds."""
+
+Index = tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class DirectPlan:
+    """A direct convolution at given shapes.
+
+    Attributes:
+        workspace: the padded data buffer's shape (flat), None where the data is read in
+            place.
+        image: elements per (padded) image.
+        length: output pixels per image.
+        jobs: tiles (16 output channels x 6 pixels) over the batch.
+        grain: tiles a thread claims at a time.
+        parallel: worth running on every core.
+        padded_shape: the padded data ``[N, C, Hp, Wp]`` (the data's own shape when read in
+            place).
+        copy: the padded buffer's region that holds data, and the data's region it holds
+            (``[N, C, Hp, Wp]`` and ``[N, C, H, W]``).
+        zeros: the padded buffer's regions that hold padding.
+        pixels: per output pixel (padded to whole tiles), its window's offset in an image.
+        taps: per input channel and kernel offset, its offset from a window's corner.
+    """
+
+    workspace: tuple[int, ...] | None
+    image: int
+    length: int
+    jobs: int
+    grain: int
+    parallel: bool
+    padded_shape: tuple[int, ...]
+    copy: tuple[Index, Index]
+    zeros: tuple[Index, ...]
+    pixels: np.ndarray[Any, Any] = field(compare=False, repr=False)
+    taps: np.ndarray[Any, Any] = field(compare=False, repr=False)
+
+
+@lru_cache(maxsize=256)
+def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
+                strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...]
+                ) -> DirectPlan:
+    """The :class:`DirectPlan` of data ``x`` ``[N, C, H, W]``, weight ``w`` ``[O, C, kh, kw]``
+    into ``out`` (shapes), with per-axis strides, dilation and begin pads."""
+    (n, c, h, width), (o, _, kh, kw), (oh, ow) = x, w, out[2:]
+    (sh, sw), (dh, dw), (top, left) = strides, dilation, begin
+    rows = (oh - 1) * sh + (kh - 1) * dh + 1  # the padded rows and columns windows read
+    cols = (ow - 1) * sw + (kw - 1) * dw + 1
+    in_place = top == left == 0 and rows <= h and cols <= width
+    hp, wp = (h, width) if in_place else (rows, cols)
+    length = oh * ow
+    tiles = -(-length // _PIXELS)
+    y, x_ = np.divmod(np.arange(length, dtype=np.int64), ow)
+    pixels = np.zeros(tiles * _PIXELS, np.int64)  # the last tile's extra pixels: pixel 0
+    pixels[:length] = y * sh * wp + x_ * sw
+    taps = np.array([ci * hp * wp + i * dh * wp + j * dw
+                     for ci, i, j in itertools.product(range(c), range(kh), range(kw))],
+                    np.int64)
+    data_rows, data_cols = slice(top, min(hp, top + h)), slice(left, min(wp, left + width))
+    every = slice(None)
+    copy = ((every, every, data_rows, data_cols),
+            (every, every, slice(0, data_rows.stop - top), slice(0, data_cols.stop - left)))
+    zeros = tuple(region for region in (
+        (every, every, slice(0, top)), (every, every, slice(data_rows.stop, hp)),
+        (every, every, data_rows, slice(0, left)),
+        (every, every, data_rows, slice(data_cols.stop, wp)))
+        if all(s.stop > s.start for s in region[2:]))
+    pixels.flags.writeable = False
+    jobs = n * -(-o // _CHANNELS) * tiles
+    return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
+                      max(1, min(32, jobs // 32)), jobs * len(taps) >= _MIN_WORK,
+                      (n, c, hp, wp), copy, zeros, pixels, taps.astype(np.int32))
+
+
+_SPIN_LOOKS = 2_000_000
+"""How many times (about 1 ms) a helper thread looks for the next convolution before it
+blocks: the ops between two convolutions of a model take less, and a thread woken from a
+block (or a caller that waits for the GIL) can start milliseconds late on a virtual
+machine, longer than a whole convolution of one image."""
+
+
+class _Crew:
+    """Helper threads, one per other core, that join the convolutions of one calling thread
+    at a time.
+
+    Neither side ever waits for the other in Python: the caller queues the call's arguments
+    for each helper and rings a bell from compiled code (without the GIL); a helper that is
+    busy-waiting there (after its last call) sees it, takes the queued arguments (the GIL is
+    free: the caller is computing) and joins; one that started late finds no tiles left. A
+    helper blocks on its queue only after :data:`_SPIN_LOOKS` looks without a call.
+    """
+
+    def __init__(self, kernels: ModuleType, helpers: int) -> None:
+        self.kernels = kernels
+        self.bell = np.zeros(1, np.int64)  # calls rung so far
+        self.calls = 0
+        self.lock = threading.Lock()  # one calling thread at a time
+        self.tasks: list[queue.SimpleQueue[tuple[int, tuple[Any, ...]]]] = []
+        for k in range(helpers):
+            tasks: queue.SimpleQueue[tuple[int, tuple[Any, ...]]] = queue.SimpleQueue()
+            self.tasks.append(tasks)
+            threading.Thread(target=self._serve, args=(tasks,), name=f"graphrt-conv-{k}",
+                             daemon=True).start()
+
+    def run(self, args: tuple[Any, ...]) -> None:
+        """``conv_jobs(*args, ...)`` on the calling thread, with the helpers if they are free
+        (another thread's convolution holds them: alone)."""
+        if not self.lock.acquire(blocking=False):
+            self.kernels.conv_jobs(*args, np.zeros(1, np.int64), True, 0, 0)
+            return
+        try:
+            self.calls += 1
+            for tasks in self.tasks:
+                tasks.put((self.calls, args))
+            self.kernels.conv_jobs(*args, self.bell, True, 0, 0)
+        finally:
+            self.lock.release()
+
+    def quiet(self) -> None:
+        """Stop the helpers' busy wait (they block until the next call): before other work
+        that runs threads of its own (OpenBLAS), which a spinning helper would slow."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self.kernels.ring(self.bell)
+            finally:
+                self.lock.release()
+
+    def _serve(self, tasks: queue.SimpleQueue[tuple[int, tuple[Any, ...]]]) -> None:
+        call, args = tasks.get()
+        while True:
+            if self.kernels.conv_jobs(*args, self.bell, False, call, _SPIN_LOOKS):
+                try:
+                    call, args = tasks.get_nowait()  # queued before the ring
+                    continue
+                except queue.Empty:
+                    pass
+            call, args = tasks.get()
+
+
+_crew_lock = threading.Lock()
+_crew: _Crew | None = None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _helpers(kernels: ModuleType) -> _Crew:
+    global _crew
+    with _crew_lock:
+        if _crew is None:
+            _crew = _Crew(kernels, _cores() - 1)
+        return _crew
+
+
+def quiet_helpers() -> None:
+    """Stop the direct convolution's helper threads from busy-waiting, if there are any: a
+    GEMM on OpenBLAS's threads is next."""
+    if _crew is not None:
+        _crew.quiet()
+
+
+def _forget_crew() -> None:
+    """In a forked child, whose helper threads did not survive the fork: start new ones."""
+    global _crew, _crew_lock
+    _crew, _crew_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_crew)
+
+
+def _packed_bias(bias: np.ndarray[Any, Any] | None, channels: int) -> np.ndarray[Any, Any]:
+    padded = np.zeros(-(-channels // _CHANNELS) * _CHANNELS, np.float32)
+    if bias is not None:
+        padded[:channels] = bias
+    return padded
+
+
+def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
+               weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
+               out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None) -> None:
+    """The convolution ``plan`` of float32 ``x`` by ``weight`` (+ ``bias``) into ``out``
+    (C-contiguous), with ``buffer`` the planned workspace (None where the plan needs none)."""
+    if buffer is None:
+        data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
+    else:
+        padded = np.asarray(buffer).reshape(plan.padded_shape)
+        for region in plan.zeros:
+            padded[region] = 0
+        padded[plan.copy[0]] = np.asarray(x)[plan.copy[1]]
+        data = padded.reshape(-1)
+    o = weight.shape[0]
+    packed = derived(weight, "direct_conv", lambda: kernels.pack_weights(weight))
+    summed = (_zero_bias(o) if bias is None else
+              derived(bias, "direct_conv", lambda: _packed_bias(bias, o)))
+    counters = np.zeros(2, np.int64)  # tiles claimed, tiles done
+    args = (data, plan.image, plan.pixels, plan.length, plan.taps, packed, summed,
+            np.asarray(out).reshape(-1), o, counters, plan.grain)
+    if plan.parallel and _cores() > 1:
+        _helpers(kernels).run(args)
+    else:
+        kernels.conv_jobs(*args, np.zeros(1, np.int64), True, 0, 0)
+
+
+@lru_cache(maxsize=64)
+def _zero_bias(channels: int) -> np.ndarray[Any, Any]:
+    zeros = _packed_bias(None, channels)
+    zeros.flags.writeable = False
+    return zeros
+

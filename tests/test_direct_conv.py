@@ -1,0 +1,262 @@
+"""The compiled direct convolution on the host (graphrt.lib.ops.host_conv, direct_conv): every
+geometry against a float64 reference and the im2col + GEMM path, channel and pixel tails,
+packed weights prepared once per loaded param (graphrt.lib.frozen), concurrent calls, and the
+GEMM path without numba."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from builders import GraphBuilder
+from test_conv_fast import reference
+
+import graphrt
+from graphrt.lib import Library, derived, freeze, is_frozen
+from graphrt.lib.ops import host_jit
+from graphrt.lib.ops.convolution import conv_plan, run_conv
+
+pytest.importorskip("numba")
+
+from graphrt.lib.ops import direct_conv
+
+RNG = np.random.default_rng(41)
+
+# (x shape, w shape, strides, pads (begins then ends), dilation)
+GEOMETRIES = [
+    ((1, 3, 9, 9), (16, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # one block, tiles span rows
+    ((2, 5, 8, 11), (17, 5, 3, 2), (1, 1), (0, 0, 0, 0), (1, 1)),  # no padding: read in place
+    ((3, 4, 10, 9), (33, 4, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # channel tail, batch
+    ((1, 2, 13, 12), (5, 2, 7, 5), (2, 3), (3, 2, 1, 0), (1, 1)),  # asymmetric everything
+    ((2, 3, 9, 10), (8, 3, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated
+    ((1, 4, 4, 4), (16, 4, 3, 3), (1, 1), (3, 0, 0, 3), (1, 1)),  # pad larger than data side
+    ((2, 1, 5, 5), (40, 1, 5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),  # one output pixel per image
+    ((1, 6, 7, 7), (24, 6, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),  # strided 1x1, in place
+    ((1, 8, 6, 6), (16, 8, 1, 1), (1, 1), (0, 0, 1, 1), (1, 1)),  # 1x1 with end padding
+    ((2, 3, 12, 12), (16, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),  # windows cut before end
+]
+
+
+def _case_id(case: tuple[Any, ...]) -> str:
+    x, w, s, p, d = case
+    return f"x{list(x)}-w{list(w)}-s{list(s)}-p{list(p)}-d{list(d)}"
+
+
+def _run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: tuple[int, ...],
+         pads: tuple[int, ...], dilation: tuple[int, ...]) -> np.ndarray:
+    out_space = [(x.shape[2 + a] + pads[a] + pads[2 + a] - dilation[a] * (w.shape[2 + a] - 1)
+                  - 1) // strides[a] + 1 for a in range(2)]
+    out = np.full((x.shape[0], w.shape[0], *out_space), np.nan, np.float32)
+    run_conv(np, [x, w] if b is None else [x, w, b], [out], 1, strides, dilation, pads[:2])
+    return out
+
+
+@pytest.mark.parametrize("case", GEOMETRIES, ids=_case_id)
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_the_float64_reference_and_the_gemm_path(
+        case: tuple[Any, ...], bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    xs, ws, strides, pads, dilation = case
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal(ws).astype(np.float32)
+    b = RNG.standard_normal(ws[0]).astype(np.float32) if bias else None
+    plan = conv_plan(xs, ws, tuple(_run(x, w, b, strides, pads, dilation).shape), "float32",
+                     "float32", True, 1, strides, dilation, pads[:2], True)
+    assert plan.direct is not None
+    got = _run(x, w, b, strides, pads, dilation)
+    want = reference(x, w, b, strides, pads, dilation, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setenv("GRAPHRT_JIT", "0")
+    np.testing.assert_allclose(got, _run(x, w, b, strides, pads, dilation), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_strided_data_and_a_strided_output_give_the_same_bits() -> None:
+    x = RNG.standard_normal((2, 6, 10, 12)).astype(np.float32)
+    w = RNG.standard_normal((20, 3, 3, 3)).astype(np.float32)
+    strided = x[:, ::2]  # not contiguous, read in place
+    plain = _run(np.ascontiguousarray(strided), w, None, (1, 1), (0,) * 4, (1, 1))
+    np.testing.assert_array_equal(_run(strided, w, None, (1, 1), (0,) * 4, (1, 1)), plain)
+    out = np.empty((2, 40, 8, 10), np.float32)[:, ::2]
+    run_conv(np, [strided, w], [out], 1, (1, 1), (1, 1), (0, 0))
+    np.testing.assert_array_equal(out, plain)
+
+
+def test_the_plan_uses_the_gemm_path_where_the_direct_kernel_does_not_apply() -> None:
+    def plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtype: str = "float32",
+             groups: int = 1, host: bool = True, direct: bool = True) -> Any:
+        return conv_plan(x, w, out, dtype, "float32", host, groups, (1, 1), (1, 1), (0, 0),
+                         direct)
+
+    assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4)).direct is not None
+    assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), direct=False).direct is None
+    assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), host=False).direct is None
+    assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), dtype="float16").direct is None
+    assert plan((1, 4, 6, 6), (16, 2, 3, 3), (1, 16, 4, 4), groups=2).direct is None
+    assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), dtype="float64").direct is None
+
+
+def test_without_numba_the_gemm_path_is_taken_and_logged_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("GRAPHRT_JIT", "0")
+    monkeypatch.setattr(host_jit, "_LOGGED", set())
+    with caplog.at_level(logging.INFO, logger="graphrt.lib.ops.host_jit"):
+        x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+        w = RNG.standard_normal((16, 3, 3, 3)).astype(np.float32)
+        for _ in range(2):
+            got = _run(x, w, None, (1, 1), (1,) * 4, (1, 1))
+    np.testing.assert_allclose(got, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
+                               rtol=1e-5, atol=1e-5)
+    lines = [r.getMessage() for r in caplog.records if "im2col" in r.getMessage()]
+    assert lines == ["graphrt: float32 convolutions on cpu take the im2col + GEMM path: "
+                     "GRAPHRT_JIT=0"]
+
+
+# -- packed weights, once per loaded param -------------------------------------------------
+
+
+def test_frozen_arrays_and_their_views_derive_once_others_every_call() -> None:
+    weight = np.arange(12.0).reshape(3, 4)
+    calls: list[int] = []
+
+    def make() -> np.ndarray:
+        calls.append(1)
+        return weight * 2
+
+    assert not is_frozen(weight)
+    derived(weight, "k", make)
+    derived(weight, "k", make)
+    assert len(calls) == 2  # not frozen: every call
+    freeze(weight)
+    assert is_frozen(weight) and is_frozen(weight.reshape(4, 3)) and is_frozen(weight[1:])
+    assert not weight.flags.writeable
+    first = derived(weight, "k", make)
+    assert derived(weight, "k", make) is first and len(calls) == 3
+    assert derived(weight[1:], "k", make) is not first  # another view, its own value
+    assert derived(weight, "other", make) is not first
+    copy = weight.copy()  # writable, not frozen memory
+    assert not is_frozen(copy)
+    copy.flags.writeable = False
+    assert not is_frozen(copy)  # read-only is not enough: the memory must be frozen
+
+
+def test_a_frozen_array_is_forgotten_when_collected() -> None:
+    from graphrt.lib import frozen
+
+    weight = np.ones(8)
+    freeze(weight)
+    derived(weight, "k", lambda: 1)
+    ident = id(weight)
+    del weight
+    gc.collect()
+    assert ident not in frozen._roots
+    assert not [key for key in frozen._values if key[0] == ident]
+
+
+def _conv_module(device: Any = None) -> tuple[Any, Any]:
+    g = GraphBuilder()
+    ix, iw, ib = g.input("x", [2, 16, 20, 20]), g.input("w", [40, 16, 3, 3]), g.input("b", [40])
+    y = g.op("conv", "conv", [ix, iw, ib], shape=[2, 40, 20, 20])
+    lib = Library()
+    lib.define("conv", {"inputs": ["x", "w", "b"], "outputs": ["y"], "body": [
+        {"op": "conv2d", "inputs": ["x", "w", "b"], "outputs": ["y"],
+         "attrs": {"padding": [1, 1, 1, 1]}}]})
+    return graphrt.create(g.build(heads=[y]), lib, device or graphrt.cpu(0)), lib
+
+
+def test_loaded_weights_are_packed_once_and_again_after_a_new_load(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, _ = _conv_module()
+    packs: list[int] = []
+    pack = direct_conv.pack_weights
+    monkeypatch.setattr(direct_conv, "pack_weights", lambda w: packs.append(1) or pack(w))
+    x = RNG.standard_normal((2, 16, 20, 20)).astype(np.float32)
+    for scale in (1.0, -2.0):
+        w = (RNG.standard_normal((40, 16, 3, 3)) * scale).astype(np.float32)
+        b = RNG.standard_normal(40).astype(np.float32)
+        mod.load_params({"w": w, "b": b})
+        for _ in range(3):
+            mod.set_input("x", x)
+            mod.run()
+            np.testing.assert_allclose(
+                mod.get_output(0), reference(x, w, b, (1, 1), (1,) * 4, (1, 1), 1),
+                rtol=1e-5, atol=1e-5)
+    assert len(packs) == 2  # once per load, not once per run
+    w2 = RNG.standard_normal((40, 16, 3, 3)).astype(np.float32)
+    for _ in range(2):  # set_input of a param: the context's own, writable memory
+        w2 *= -1
+        mod.set_input("w", w2)
+        mod.run()
+        np.testing.assert_allclose(mod.get_output(0),
+                                   reference(x, w2, b, (1, 1), (1,) * 4, (1, 1), 1),
+                                   rtol=1e-5, atol=1e-5)
+    assert len(packs) == 4  # packed on every call
+
+
+def test_concurrent_runs_from_threads_give_each_its_own_result() -> None:
+    mod, _ = _conv_module()
+    from graphrt.lib.ops.host_conv import direct_plan
+
+    assert direct_plan((2, 16, 20, 20), (40, 16, 3, 3), (2, 40, 20, 20), (1, 1), (1, 1),
+                       (1, 1)).parallel  # on the pool
+    w = RNG.standard_normal((40, 16, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(40).astype(np.float32)
+    mod.load_params({"w": w, "b": b})
+    inputs = [RNG.standard_normal((2, 16, 20, 20)).astype(np.float32) for _ in range(4)]
+    want = [reference(x, w, b, (1, 1), (1,) * 4, (1, 1), 1) for x in inputs]
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for _ in range(20):
+                (got,) = mod(x=inputs[k])
+                np.testing.assert_allclose(got, want[k], rtol=1e-5, atol=1e-5)
+        except BaseException as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_sim_gives_the_bits_of_cpu() -> None:
+    x = RNG.standard_normal((2, 16, 20, 20)).astype(np.float32)
+    params = {"w": RNG.standard_normal((40, 16, 3, 3)).astype(np.float32),
+              "b": RNG.standard_normal(40).astype(np.float32)}
+    results = []
+    for device in (graphrt.cpu(0), graphrt.sim(0)):
+        mod, _ = _conv_module(device)
+        mod.load_params(params)
+        mod.set_input("x", x)
+        mod.run()
+        results.append(mod.get_output(0, np.empty((2, 40, 20, 20), np.float32)))
+    np.testing.assert_array_equal(*results)
+
+
+def _child_conv(queue: Any) -> None:
+    x = np.ones((2, 16, 20, 20), np.float32)
+    w = np.ones((40, 16, 3, 3), np.float32)
+    queue.put(float(_run(x, w, None, (1, 1), (0,) * 4, (1, 1)).sum()))
+
+
+def test_a_forked_child_runs_parallel_convolutions_with_helpers_of_its_own() -> None:
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    x = np.ones((2, 16, 20, 20), np.float32)
+    w = np.ones((40, 16, 3, 3), np.float32)
+    want = float(_run(x, w, None, (1, 1), (0,) * 4, (1, 1)).sum())  # the parent's helpers
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_child_conv, args=(results,))
+    child.start()
+    assert results.get(timeout=60) == want
+    child.join(timeout=60)
+    assert child.exitcode == 0
