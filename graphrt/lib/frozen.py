@@ -30,8 +30,8 @@ import numpy as np
 __all__ = ["derived", "freeze", "is_frozen"]
 
 _lock = threading.Lock()
-_roots: dict[int, weakref.ref[np.ndarray[Any, Any]]] = {}  # id -> the frozen memory's owner
-_values: dict[tuple[Hashable, ...], Any] = {}  # (root id, view, key) -> derived value
+# id of a frozen memory's owner -> (the owner, weakly; its derived values by (view, key))
+_frozen: dict[int, tuple[weakref.ref[np.ndarray[Any, Any]], dict[Hashable, Any]]] = {}
 
 
 def _root(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -43,9 +43,7 @@ def _root(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 def _forget(ident: int) -> None:
     with _lock:
-        _roots.pop(ident, None)
-        for key in [key for key in _values if key[0] == ident]:
-            del _values[key]
+        _frozen.pop(ident, None)
 
 
 def freeze(array: np.ndarray[Any, Any]) -> None:
@@ -56,33 +54,35 @@ def freeze(array: np.ndarray[Any, Any]) -> None:
     array.flags.writeable = False
     root = _root(array)
     with _lock:
-        if id(root) in _roots:
+        if id(root) in _frozen:
             return
-        _roots[id(root)] = weakref.ref(root)
+        _frozen[id(root)] = (weakref.ref(root), {})
     weakref.finalize(root, _forget, id(root))
+
+
+def _values(array: Any) -> dict[Hashable, Any] | None:
+    """The derived values of the frozen memory ``array`` views; None if it is not frozen."""
+    if not isinstance(array, np.ndarray) or array.flags.writeable:
+        return None
+    root = _root(array)
+    entry = _frozen.get(id(root))
+    return entry[1] if entry is not None and entry[0]() is root else None
 
 
 def is_frozen(array: Any) -> bool:
     """Whether ``array`` is a view of memory :func:`freeze` was given (and still read-only)."""
-    if not isinstance(array, np.ndarray) or array.flags.writeable:
-        return False
-    root = _root(array)
-    ref = _roots.get(id(root))
-    return ref is not None and ref() is root
+    return _values(array) is not None
 
 
 def derived(array: Any, key: Hashable, make: Callable[[], Any]) -> Any:
     """``make()``, computed once per frozen ``array`` and ``key`` (then kept while the array
     lives), or on every call when ``array`` is not frozen."""
-    if not is_frozen(array):
+    values = _values(array)
+    if values is None:
         return make()
-    root = _root(array)
-    view = (id(root), array.__array_interface__["data"][0], array.shape, array.strides,
-            array.dtype.str, key)
-    value = _values.get(view)
+    view = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str,
+            key)
+    value = values.get(view)
     if value is None:
-        value = make()
-        with _lock:
-            if _roots.get(id(root)) is not None:  # not forgotten meanwhile
-                _values[view] = value
+        value = values[view] = make()  # forgotten with the memory's owner
     return value

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ...errors import describe
+from .host_conv import quiet_helpers
 
 __all__ = [
     "OPS",
@@ -242,6 +243,8 @@ def matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
 
     Returns ``out``, or the product in the GEMM dtype.
     """
+    if xp is np:
+        quiet_helpers()  # the direct convolution's helpers would slow OpenBLAS's threads
     work = gemm_dtype(xp, a.dtype)
     if a.dtype != work:
         a = a.astype(work)

@@ -41,7 +41,7 @@ from .base import (
     matmul,
     register_op,
 )
-from .host_conv import DirectPlan, direct_plan, quiet_helpers, run_direct
+from .host_conv import DirectPlan, direct_plan, run_direct
 
 __all__ = ["ConvAttrs", "ConvTransposeAttrs", "EinsumAttrs", "Window", "window_range"]
 
@@ -438,8 +438,6 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
     elif plan.planes is not None:
         _depthwise(xp, plan, x, weight, bias, out, *buffers)
     else:
-        if xp is np:
-            quiet_helpers()  # the GEMM runs on OpenBLAS's threads
         _gemm_conv(xp, plan, x, weight, bias, out, *buffers)
 
 
@@ -467,13 +465,13 @@ def _gemm_conv(xp: Any, plan: ConvPlan, x: Any, weight: Any, bias: Any, out: Any
         cols = cols_buf.reshape((n, g, rows, osize) if plan.per_image else (g, rows, n * osize))
     if plan.per_image:
         dest = (out if result_buf is None else result_buf).reshape(n, g, o // g, osize)
-        xp.matmul(w, cols, out=dest)
+        matmul(xp, w, cols, out=dest)
         if bias is not None:
             xp.add(dest, bias.reshape(g, o // g, 1), out=dest)
         if result_buf is not None:
             out[...] = dest.reshape(out.shape)
         return
-    xp.matmul(w, cols, out=result_buf.reshape(g, o // g, n * osize))
+    matmul(xp, w, cols, out=result_buf.reshape(g, o // g, n * osize))
     moved = result_buf.reshape(o, n, osize).swapaxes(0, 1)  # [N, O, OUT]
     bias_b = None if bias is None else bias.reshape(o, 1)
     if out.dtype == result_buf.dtype:

@@ -134,8 +134,7 @@ class _Crew:
 
     def __init__(self, kernels: ModuleType, helpers: int) -> None:
         self.kernels = kernels
-        self.bell = np.zeros(1, np.int64)  # calls rung so far
-        self.calls = 0
+        self.bell = np.zeros(1, np.int64)  # rings so far (calls, and quiet())
         self.lock = threading.Lock()  # one calling thread at a time
         self.tasks: list[queue.SimpleQueue[tuple[int, tuple[Any, ...]]]] = []
         for k in range(helpers):
@@ -151,9 +150,9 @@ class _Crew:
             self.kernels.conv_jobs(*args, np.zeros(1, np.int64), True, 0, 0)
             return
         try:
-            self.calls += 1
+            call = int(self.bell[0]) + 1  # the caller's ring makes it so (rings hold the lock)
             for tasks in self.tasks:
-                tasks.put((self.calls, args))
+                tasks.put((call, args))
             self.kernels.conv_jobs(*args, self.bell, True, 0, 0)
         finally:
             self.lock.release()
@@ -242,8 +241,8 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     counters = np.zeros(2, np.int64)  # tiles claimed, tiles done
     args = (data, plan.image, plan.pixels, plan.length, plan.taps, packed, summed,
             np.asarray(out).reshape(-1), o, counters, plan.grain)
-    if plan.parallel and _cores() > 1:
-        _helpers(kernels).run(args)
+    if plan.parallel:
+        _helpers(kernels).run(args)  # with no helper on one core
     else:
         kernels.conv_jobs(*args, np.zeros(1, np.int64), True, 0, 0)
 
