@@ -19,6 +19,7 @@ import graphrt
 from graphrt.lib import Library, derived, freeze, is_frozen
 from graphrt.lib.ops import host_jit
 from graphrt.lib.ops.convolution import conv_plan, run_conv
+from graphrt.lib.ops.host_conv import DirectPlan, PointwisePlan
 
 pytest.importorskip("numba")
 
@@ -38,6 +39,11 @@ GEOMETRIES = [
     ((1, 6, 7, 7), (24, 6, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),  # strided 1x1, in place
     ((1, 8, 6, 6), (16, 8, 1, 1), (1, 1), (0, 0, 1, 1), (1, 1)),  # 1x1 with end padding
     ((2, 3, 12, 12), (16, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),  # windows cut before end
+    # pointwise (1x1, no padding): 6 channels x 16 pixels a tile
+    ((2, 7, 5, 7), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # channel and pixel tails
+    ((1, 40, 8, 8), (12, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # whole tiles only
+    ((3, 9, 9, 10), (20, 9, 1, 1), (2, 3), (0, 0, 0, 0), (1, 1)),  # strided: copied
+    ((1, 3, 2, 2), (1, 3, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # less than a tile
 ]
 
 
@@ -91,7 +97,10 @@ def test_the_plan_uses_the_gemm_path_where_the_direct_kernel_does_not_apply() ->
         return conv_plan(x, w, out, dtype, "float32", host, groups, (1, 1), (1, 1), (0, 0),
                          direct)
 
-    assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4)).direct is not None
+    assert isinstance(plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4)).direct, DirectPlan)
+    assert isinstance(plan((1, 4, 6, 6), (16, 4, 1, 1), (1, 16, 6, 6)).direct, PointwisePlan)
+    assert isinstance(plan((1, 4, 6, 6), (16, 4, 1, 1), (1, 16, 8, 8), direct=True).direct,
+                      DirectPlan)  # padded 1x1 (the begin pads are 0 here: ends only)
     assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), direct=False).direct is None
     assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), host=False).direct is None
     assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), dtype="float16").direct is None
@@ -171,7 +180,8 @@ def test_loaded_weights_are_packed_once_and_again_after_a_new_load(
     mod, _ = _conv_module()
     packs: list[int] = []
     pack = direct_conv.pack_weights
-    monkeypatch.setattr(direct_conv, "pack_weights", lambda w: packs.append(1) or pack(w))
+    monkeypatch.setattr(direct_conv, "pack_weights",
+                        lambda w, block: packs.append(1) or pack(w, block))
     x = RNG.standard_normal((2, 16, 20, 20)).astype(np.float32)
     for scale in (1.0, -2.0):
         w = (RNG.standard_normal((40, 16, 3, 3)) * scale).astype(np.float32)
@@ -182,7 +192,7 @@ def test_loaded_weights_are_packed_once_and_again_after_a_new_load(
             mod.run()
             np.testing.assert_allclose(
                 mod.get_output(0), reference(x, w, b, (1, 1), (1,) * 4, (1, 1), 1),
-                rtol=1e-5, atol=1e-5)
+                rtol=1e-5, atol=1e-4)
     assert len(packs) == 2  # once per load, not once per run
     w2 = RNG.standard_normal((40, 16, 3, 3)).astype(np.float32)
     for _ in range(2):  # set_input of a param: the context's own, writable memory
@@ -191,7 +201,7 @@ def test_loaded_weights_are_packed_once_and_again_after_a_new_load(
         mod.run()
         np.testing.assert_allclose(mod.get_output(0),
                                    reference(x, w2, b, (1, 1), (1,) * 4, (1, 1), 1),
-                                   rtol=1e-5, atol=1e-5)
+                                   rtol=1e-5, atol=1e-4)
     assert len(packs) == 4  # packed on every call
 
 

@@ -15,10 +15,10 @@ import graphrt
 from graphrt.executor.parallel import (
     MIN_GRAPH_SHARE,
     MIN_WAVE_SAVING,
-    blas_pinned,
     describe_plan,
     function_flops,
 )
+from graphrt.lib.ops.blas_threads import blas_held
 
 N = 24  # small matrices: BLAS runs them on one thread, so both runs are bitwise alike
 BRANCHES = 4
@@ -84,7 +84,7 @@ def test_branches_run_in_parallel_and_equal_sequential_bitwise() -> None:
     assert {f"first{b}" for b in range(BRANCHES)} <= first
     shown = describe_plan(plan, nids)
     assert shown.startswith("parallel: ")
-    with blas_pinned(1):
+    with blas_held(1):
         expected = run(seq, values)
         for _ in range(3):
             np.testing.assert_array_equal(run(par, values), expected)
@@ -116,7 +116,7 @@ def test_each_lane_has_its_own_scratch() -> None:
 @pytest.mark.parametrize("threads", [2, 3, 8])
 def test_any_number_of_threads_gives_the_same_result(threads: int) -> None:
     graph, values = branches_graph(shared=False), feeds(seed=threads)
-    with blas_pinned(1):
+    with blas_held(1):
         expected = run(graphrt.create(graph, library(), inter_op_threads=1), values)
         mod = graphrt.create(graph, library(), inter_op_threads=threads)
         assert mod.compiled.parallel is not None
@@ -125,7 +125,7 @@ def test_any_number_of_threads_gives_the_same_result(threads: int) -> None:
 
 def test_calls_and_zero_copy_outputs_go_through_the_parallel_run() -> None:
     graph, values = branches_graph(), feeds()
-    with blas_pinned(1):
+    with blas_held(1):
         expected = run(graphrt.create(graph, library(), inter_op_threads=0), values)
         par = graphrt.create(graph, library(), inter_op_threads=2)
         (called,) = par(**values)
@@ -139,7 +139,7 @@ def test_calls_and_zero_copy_outputs_go_through_the_parallel_run() -> None:
 def test_hooked_runs_stay_sequential_and_agree() -> None:
     graph, values = branches_graph(), feeds()
     par = graphrt.create(graph, library(), inter_op_threads=2)
-    with blas_pinned(1):
+    with blas_held(1):
         expected = run(par, values)
         report = par.profile(repeat=2)
         assert len(report.nodes) == len(par.compiled.programs)
@@ -161,7 +161,7 @@ def test_concurrent_threads_each_get_their_own_run() -> None:
             ok &= bool(np.allclose(run(par, values), run(seq.clone(), values), rtol=1e-5))
         results[seed] = ok
 
-    with blas_pinned(1):
+    with blas_held(1):
         threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
         for thread in threads:
             thread.start()
@@ -211,7 +211,7 @@ def test_a_failed_parallel_run_leaves_the_module_usable() -> None:
         par.run(**values)
     good = graphrt.create(graph, failing_lib("none"), inter_op_threads=2)
     assert good.compiled.parallel is not None
-    with blas_pinned(1):
+    with blas_held(1):
         expected = run(graphrt.create(graph, failing_lib("none"), inter_op_threads=0), values)
         np.testing.assert_array_equal(run(good, values), expected)
 
@@ -301,7 +301,7 @@ def test_bundles_pass_the_option(tmp_path: Path) -> None:
     onnx.checker.check_model(model)
     bundle = graphrt.from_onnx(model)
     x = rng.standard_normal((N, N)).astype("float32")
-    with blas_pinned(1):
+    with blas_held(1):
         (expected,) = bundle.create("cpu", inter_op_threads=0)(x=x)
         par = bundle.create("cpu", inter_op_threads=2)
         assert par.compiled.parallel is not None

@@ -31,21 +31,22 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from math import isqrt, prod
 from typing import Any
 
 from ..lib import FusedFunction, OpError, TensorType
+from ..lib.ops.blas_threads import blas_held
 from ..schema import Graph
 from ..storage import StoragePlan
 from .runner import Failure
 from .steps import AliasGroups, Step
 
 __all__ = ["AUTO_PARALLEL", "MAX_THREADS", "MIN_GRAPH_SHARE", "MIN_WAVE_SAVING", "ParallelPlan",
-           "ParallelRunner", "blas_pinned", "function_flops", "plan_parallel",
+           "ParallelRunner", "function_flops", "plan_parallel",
            "resolve_threads"]
 
 MAX_THREADS = 64
@@ -300,53 +301,6 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL[0]
 
 
-class _BlasPin:
-    """BLAS held to a number of threads while any parallel segment of any run is under way
-    (a count, so concurrent runs of several contexts restore the setting only when the last
-    one leaves)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._controller: Any = None
-        self._limiter: Any = None
-
-    def enter(self, threads: int) -> None:
-        with self._lock:
-            self._users += 1
-            if self._users == 1:
-                if self._controller is None:
-                    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
-                    self._controller = ThreadpoolController()
-                self._limiter = self._controller.limit(limits=threads, user_api="blas")
-
-    def exit(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0 and self._limiter is not None:
-                self._limiter.restore_original_limits()
-                self._limiter = None
-
-
-_BLAS = _BlasPin()
-
-
-@contextmanager
-def blas_pinned(threads: int) -> Iterator[None]:
-    """``with blas_pinned(n):`` BLAS uses ``n`` threads inside (restored when the last of
-    the runs holding it leaves).
-
-    Example:
-        >>> with blas_pinned(1):
-        ...     pass
-    """
-    _BLAS.enter(threads)
-    try:
-        yield
-    finally:
-        _BLAS.exit()
-
-
 def _run_lane(steps: Sequence[Step], lane: tuple[int, ...]) -> tuple[int, Exception] | None:
     """Run one lane's steps; the first failure (program index, error) instead of raising."""
     index = -1
@@ -384,9 +338,7 @@ class ParallelRunner:
         the failures of the wave where it happened)."""
         position = 0
         for parallel, waves in self.plan.segments:
-            if parallel:
-                _BLAS.enter(self.plan.blas_threads)
-            try:
+            with blas_held(self.plan.blas_threads) if parallel else nullcontext():
                 for wave in waves:
                     failed = self._wave(steps, wave) if parallel else _run_lane(steps, wave[0])
                     if failed is not None:
@@ -397,9 +349,6 @@ class ParallelRunner:
                             raise err
                         raise error from err
                     position += 1
-            finally:
-                if parallel:
-                    _BLAS.exit()
         tail = tuple(range(self._programs, len(steps)))
         if tail:
             failed = _run_lane(steps, tail)

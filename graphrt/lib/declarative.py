@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import GraphFormatError, describe
 from ..jsondoc import describe_validation_error, read_json
 from .cpu_fusion import fused_runs
+from .epilogues import epilogue_runs
 from .fusion import compile_run, elementwise_runs, kernel_source
 from .lowering import LoweredCall, Lowering
 from .ops import OpDef, OpError, TensorType, get_op
@@ -48,6 +49,9 @@ FORMAT = "graphrt.lib"
 VERSION = 1
 
 Name = str
+Call = tuple[Callable[..., None], tuple[Name, ...], tuple[Name, ...]]
+"""A kernel call of a lowered function: the kernel, its input names, its output names
+(outputs, then workspace)."""
 
 
 class _Model(BaseModel):
@@ -265,20 +269,25 @@ class FusedFunction:
         return found
 
     def _calls(self, types: dict[Name, TensorType], workspaces: list[dict[Name, TensorType]],
-               *, fuse: bool,
-               xp: Any) -> list[tuple[Callable[..., None], tuple[Name, ...], tuple[Name, ...]]]:
+               *, fuse: bool, xp: Any) -> list[Call]:
         """The kernel calls a lowered function makes: one per step, or per fused elementwise
-        run, each a positional kernel over its input and output names (outputs followed by
-        the step's workspace)."""
+        run, or per op with its epilogue (cpu), each a positional kernel over its input and
+        output names (outputs followed by the step's workspace)."""
         calls = [(step.op.positional(xp, step.attrs, len(step.inputs)), step.inputs,
                   (*step.outputs, *workspace))
                  for step, workspace in zip(self.steps, workspaces, strict=True)]
         if not fuse:
             return calls
         info = [(step.op.elementwise, step.inputs, step.outputs) for step in self.steps]
-        if xp is np:  # cpu: each run one numba loop (none without numba)
-            for run, kernel in reversed(fused_runs(info, set(self.spec.outputs), types)):
-                calls[run.first : run.last + 1] = [(kernel, run.inputs, (run.output,))]
+        if xp is np:  # cpu: epilogues, then each elementwise run one numba loop
+            merged = self._epilogues(types, workspaces, xp)
+            taken = {k for first, last, _ in merged for k in range(first, last + 1)}
+            rest = [(None if k in taken else e, ins, outs) for k, (e, ins, outs) in
+                    enumerate(info)]  # what an epilogue took joins no run
+            merged += [(run.first, run.last, (kernel, run.inputs, (run.output,)))
+                       for run, kernel in fused_runs(rest, set(self.spec.outputs), types)]
+            for first, last, call in sorted(merged, key=lambda m: m[0], reverse=True):
+                calls[first : last + 1] = [call]
             return calls
         for run in reversed(elementwise_runs(info, set(self.spec.outputs))):
             try:
@@ -288,6 +297,27 @@ class FusedFunction:
             calls[run.first : run.last + 1] = [
                 (compile_run(xp, source), run.inputs, (run.output,))]
         return calls
+
+    def _epilogues(self, types: dict[Name, TensorType],
+                   workspaces: list[dict[Name, TensorType]], xp: Any
+                   ) -> list[tuple[int, int, Call]]:
+        """Steps that run as one op with its epilogue (:mod:`graphrt.lib.epilogues`): per
+        run, its first and last step and the call replacing them."""
+        steps = self.steps
+        found = []
+        for run in epilogue_runs([(s.op.name, s.inputs, s.outputs) for s in steps],
+                                 set(self.spec.outputs), types,
+                                 lambda k: steps[k].op.epilogue is not None):
+            step = steps[run.first]
+            factory = step.op.epilogue
+            assert factory is not None
+            kernel = factory(xp, step.attrs, [types[a] for a in step.inputs],
+                             run.residual is not None, run.relu)
+            if kernel is not None:
+                extra = () if run.residual is None else (run.residual,)
+                found.append((run.first, run.last, (kernel, (*step.inputs, *extra),
+                                                    (run.output, *workspaces[run.first]))))
+        return found
 
     def _infer(self, step: _Step, types: dict[Name, TensorType],
                declared: dict[Name, TensorType], where: str) -> list[TensorType]:

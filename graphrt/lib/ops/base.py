@@ -25,11 +25,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ...errors import describe
+from .blas_threads import blas_held
 from .host_conv import quiet_helpers
 
 __all__ = [
     "OPS",
     "Attrs",
+    "EpilogueFactory",
     "KernelFactory",
     "OpDef",
     "OpError",
@@ -92,6 +94,13 @@ KernelFactory = Callable[[Any, Any], Callable[..., None]]
 """``factory(xp, attrs)``: a kernel called as ``kernel(*inputs, *outputs)``, specialized once
 for its namespace and attributes, so a call costs what a hand-written kernel costs."""
 
+EpilogueFactory = Callable[[Any, Any, Sequence[TensorType], bool, bool],
+                           Callable[..., None] | None]
+"""``factory(xp, attrs, input_types, residual, relu)``: the op followed by ``+ residual``
+(an array of the output's type) and/or relu, as one kernel
+``kernel(*inputs, residual?, out, *workspace)`` that applies them as it stores its results;
+None where the op cannot at these types (the steps then run one by one)."""
+
 
 @dataclass(frozen=True)
 class OpDef:
@@ -116,6 +125,9 @@ class OpDef:
             or None for every device; the ONNX frontend places a step on the first preferred
             device type listed here.
         workspace: the op's scratch arrays (see :data:`Workspace`), or None for none.
+        epilogue: where the op can add a residual and apply relu as it stores its output
+            (see :data:`EpilogueFactory`), the factory of that fused kernel; a declarative
+            function fuses ``op -> add -> relu`` (or ``op -> add``, ``op -> relu``) into it.
     """
 
     name: str
@@ -129,6 +141,7 @@ class OpDef:
     kernel: KernelFactory | None = None
     devices: frozenset[str] | None = None
     workspace: Workspace | None = None
+    epilogue: EpilogueFactory | None = None
 
     def positional(self, xp: Any, attrs: Any, n_inputs: int) -> Callable[..., None]:
         """This op as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``
@@ -243,8 +256,18 @@ def matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
 
     Returns ``out``, or the product in the GEMM dtype.
     """
-    if xp is np:
-        quiet_helpers()  # the direct convolution's helpers would slow OpenBLAS's threads
+    if xp is np and quiet_helpers() and a.size * b.shape[-1] < _SMALL_GEMM:
+        with blas_held(1):  # OpenBLAS's spinning workers would slow the next convolutions
+            return _matmul(xp, a, b, out)
+    return _matmul(xp, a, b, out)
+
+
+_SMALL_GEMM = 1 << 24
+"""Multiply-adds below which a host GEMM runs on one BLAS thread while the direct
+convolution's helpers are busy (:mod:`graphrt.lib.ops.blas_threads` says why)."""
+
+
+def _matmul(xp: Any, a: Any, b: Any, out: Any) -> Any:
     work = gemm_dtype(xp, a.dtype)
     if a.dtype != work:
         a = a.astype(work)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
@@ -41,9 +41,17 @@ from .base import (
     matmul,
     register_op,
 )
-from .host_conv import DirectPlan, direct_plan, run_direct
+from .host_conv import (
+    DirectPlan,
+    PointwisePlan,
+    direct_plan,
+    pointwise_plan,
+    run_direct,
+    run_pointwise,
+)
 
-__all__ = ["ConvAttrs", "ConvTransposeAttrs", "EinsumAttrs", "Window", "window_range"]
+__all__ = ["ConvAttrs", "ConvTransposeAttrs", "EinsumAttrs", "Window", "conv_epilogue",
+           "window_range"]
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -253,7 +261,10 @@ class ConvPlan:
     * direct (host, 2-D float32 of one group, where numba is installed; see
       :mod:`graphrt.lib.ops.host_conv`): a compiled kernel over tiles of 16 output channels x
       6 pixels of the padded data (``cols`` is that padded copy, none where no padding is
-      needed), the bias in the kernel, no im2col or GEMM.
+      needed), the bias in the kernel, no im2col or GEMM; a 1x1 convolution without padding
+      is a product of the weight and each image's data in tiles of 6 output channels x 16
+      pixels (``cols`` holds every stride-th pixel where the stride is not 1). Either can add
+      a residual and apply relu as it stores its results (:func:`conv_epilogue`).
     * GEMM: im2col into ``cols`` ``[G, C/G*K, N*OUT]`` (one strided copy per kernel offset,
       zeros written only where the window reads padding), one matmul per group over the
       whole batch into ``result`` ``[O, N*OUT]``, then one pass moving it to NCHW and adding
@@ -279,7 +290,7 @@ class ConvPlan:
         taps: GEMM, per kernel offset with valid positions: (flat offset, output region, data
             region).
         borders: GEMM, per kernel offset: the regions of its im2col slab that read padding.
-        direct: the direct convolution's geometry, None for the other two.
+        direct: the direct or pointwise convolution's geometry, None for the other two.
     """
 
     work: str
@@ -291,7 +302,7 @@ class ConvPlan:
     chunk: int = 0
     taps: tuple[tuple[int, Index, Index], ...] = ()
     borders: tuple[tuple[Index, ...], ...] = ()
-    direct: DirectPlan | None = None
+    direct: DirectPlan | PointwisePlan | None = None
 
     def workspace(self) -> list[TensorType]:
         """The workspace arrays ``cols, result, temp``, in the order the kernel takes them
@@ -333,9 +344,11 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
         return _depthwise_plan(x, w, out, accumulator(dtype).name, host, strides, dilation,
                                begin)
     pointwise = ksize == 1 and all(s == 1 for s in strides) and out_space == space
-    if (direct and host and dtype == gemm == "float32" and groups == 1 and len(space) == 2
-            and not pointwise):  # a pointwise one is a GEMM over the data as it is
-        geometry = direct_plan(x, w, out, strides, dilation, begin)
+    if direct and host and dtype == gemm == "float32" and groups == 1 and len(space) == 2:
+        strided = ksize == 1 and not any(begin) and all(
+            o == (i - 1) // s + 1 for o, i, s in zip(out_space, space, strides, strict=True))
+        geometry = (pointwise_plan(x, w, out, strides) if strided else
+                    direct_plan(x, w, out, strides, dilation, begin))
         return ConvPlan(dtype, geometry.workspace, None, None, direct=geometry)
     taps = []
     borders = []
@@ -408,17 +421,18 @@ def _padding_regions(ranges: Sequence[tuple[int, int, int]], out_space: Sequence
 
 
 def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
-             strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...]
-             ) -> None:
+             strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
+             residual: Any = None, relu: bool = False) -> None:
     """A convolution (see :class:`ConvPlan`): ``outputs`` is the output, then the
     workspace the executor planned (:meth:`ConvPlan.workspace`), or nothing: it is then
-    allocated for this call."""
+    allocated for this call. Then ``+ residual`` (shaped as the output) and relu, as the
+    direct kernels store their results (after, in place, on the other paths)."""
     x, weight, out = inputs[0], inputs[1], outputs[0]
     if out.size == 0:
         return
     if not out.flags.c_contiguous:  # only a plain call can pass one
         whole = xp.empty_like(out, order="C")
-        run_conv(xp, inputs, [whole], groups, strides, dilation, begin)
+        run_conv(xp, inputs, [whole], groups, strides, dilation, begin, residual, relu)
         out[...] = whole
         return
     kernels = host_jit.direct_conv() if xp is np else None  # as direct_allowed(xp)
@@ -434,11 +448,51 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
     bias = inputs[2] if len(inputs) == 3 else None
     if plan.direct is not None:
         assert kernels is not None
-        run_direct(kernels, plan.direct, x, weight, bias, out, buffers[0])
-    elif plan.planes is not None:
+        if isinstance(plan.direct, PointwisePlan):
+            run_pointwise(kernels, plan.direct, x, weight, bias, out, buffers[0], residual, relu)
+        else:
+            run_direct(kernels, plan.direct, x, weight, bias, out, buffers[0], residual, relu)
+        return
+    if plan.planes is not None:
         _depthwise(xp, plan, x, weight, bias, out, *buffers)
     else:
         _gemm_conv(xp, plan, x, weight, bias, out, *buffers)
+    if residual is not None:
+        xp.add(out, residual, out=out)
+    if relu:
+        xp.maximum(out, 0, out=out)  # NaN stays NaN, as the relu op
+
+
+def conv_epilogue(xp: Any, types: Sequence[TensorType], groups: int,
+                  strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
+                  residual: bool, relu: bool) -> Callable[..., None] | None:
+    """The convolution of ``types`` (its inputs') followed by ``+ residual`` and/or relu, as
+    one kernel ``kernel(*inputs, residual?, out, *workspace)`` (the sum and relu applied as
+    the results are stored, with no pass of their own), where the compiled direct kernels
+    run it (:func:`direct_allowed`, 2-D float32 of one group); else None.
+
+    Example:
+        >>> import numpy as np
+        >>> types = TensorType((1, 8, 6, 6), "float32"), TensorType((16, 8, 3, 3), "float32")
+        >>> kernel = conv_epilogue(np, types, 1, (1, 1), (1, 1), (1, 1), True, True)
+        >>> x, w = np.ones((1, 8, 6, 6), np.float32), np.ones((16, 8, 3, 3), np.float32)
+        >>> out, r = np.empty((1, 16, 6, 6), np.float32), np.full((1, 16, 6, 6), -40, np.float32)
+        >>> if kernel is not None:  # None without numba
+        ...     kernel(x, w, r, out)  # a corner sees 2x2x8 ones, the middle 3x3x8
+        ...     print(out[0, 0, 0, 0], out[0, 0, 2, 2])
+        0.0 32.0
+    """
+    x = types[0]
+    if not (direct_allowed(xp) and x.dtype == "float32" and groups == 1 and len(x.shape) == 4):
+        return None
+    n_in = len(types)
+
+    def kernel(*arrays: Any) -> None:
+        extra = arrays[n_in] if residual else None
+        run_conv(xp, arrays[:n_in], arrays[n_in + residual:], groups, strides, dilation, begin,
+                 extra, relu)
+
+    return kernel
 
 
 def _as_work(array: Any, work: str) -> Any:
@@ -697,8 +751,13 @@ def _einsum(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Einsu
     out[...] = xp.einsum(attrs.equation, *operands, optimize=True)
 
 
+def _conv_epilogue(xp: Any, attrs: ConvAttrs, types: Sequence[TensorType], residual: bool,
+                   relu: bool) -> Callable[..., None] | None:
+    return conv_epilogue(xp, types, *_geometry(attrs, len(types[0].shape) - 2), residual, relu)
+
+
 register_op(OpDef(name="conv", attrs=ConvAttrs, arity=None, infer=_infer_conv, compute=_conv,
-                  workspace=_conv_workspace))
+                  workspace=_conv_workspace, epilogue=_conv_epilogue))
 register_op(OpDef(name="conv_transpose", attrs=ConvTransposeAttrs, arity=None,
                   infer=_infer_conv_transpose, compute=_conv_transpose))
 register_op(OpDef(name="einsum", attrs=EinsumAttrs, arity=None, infer=_infer_einsum,

@@ -26,7 +26,8 @@ Example:
     >>> taps = np.array([0, 1, 3, 4], np.int32)
     >>> out = np.empty(4, np.float32)
     >>> counters, bell = np.zeros(2, np.int64), np.zeros(1, np.int64)
-    >>> conv_jobs(x, 9, pixels, 4, taps, w, bias, out, 1, counters, 1, bell, True, 0, 0)
+    >>> conv_jobs(x, 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0, counters, 1, bell, True,
+    ...           0, 0)
     True
     >>> out.tolist()
     [8.0, 12.0, 20.0, 24.0]
@@ -34,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -43,13 +45,22 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["CHANNELS", "PIXELS", "conv_jobs", "pack_weights", "ring"]
+__all__ = ["CHANNELS", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "conv_jobs", "pack_weights",
+           "pointwise_jobs", "ring"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""
 PIXELS = 6
 """Output pixels of one tile: 6 x 2 accumulators + 2 weight vectors + 1 broadcast fit the 16
 vector registers of AVX2."""
+ROWS = 6
+"""Output channels of one pointwise tile (a broadcast weight each)."""
+SPAN = 16
+"""Pixels of one pointwise tile (two vectors of the data and of the output)."""
+RESIDUAL = 1
+"""Epilogue flag: add the residual (shaped as the output) to the result."""
+RELU = 2
+"""Epilogue flag: ``max(result, 0)`` (NaN stays NaN)."""
 
 _F32 = ir.FloatType()
 _V8 = ir.VectorType(_F32, 8)
@@ -57,14 +68,15 @@ _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 
 
-def pack_weights(weight: np.ndarray) -> np.ndarray:
-    """``weight`` ``[O, C, kh, kw]`` as ``[ceil(O/16), C*kh*kw, 16]`` float32 (zeros past
-    ``O``), flattened."""
+def pack_weights(weight: np.ndarray, block: int = CHANNELS) -> np.ndarray:
+    """``weight`` ``[O, C, kh, kw]`` as ``[ceil(O/block), C*kh*kw, block]`` float32 (zeros
+    past ``O``), flattened: for :func:`conv_jobs` (``block`` :data:`CHANNELS`) or
+    :func:`pointwise_jobs` (:data:`ROWS`)."""
     o = weight.shape[0]
-    blocks = -(-o // CHANNELS)
-    rows = np.zeros((blocks * CHANNELS, weight[0].size), np.float32)
+    blocks = -(-o // block)
+    rows = np.zeros((blocks * block, weight[0].size), np.float32)
     rows[:o] = weight.reshape(o, -1)
-    packed: np.ndarray = rows.reshape(blocks, CHANNELS, -1).transpose(0, 2, 1).ravel()
+    packed: np.ndarray = rows.reshape(blocks, block, -1).transpose(0, 2, 1).ravel()
     return packed
 
 
@@ -72,87 +84,202 @@ def _c64(value: int) -> ir.Constant:
     return ir.Constant(_I64, value)
 
 
+def _splat(builder: Any, value: Any) -> Any:
+    """``value`` (float) in every lane of an eight-wide vector."""
+    undef = ir.Constant(_V8, ir.Undefined)
+    return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(_I32, 0)),
+                                  undef, ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+
+
+def _fma(builder: Any) -> Any:
+    return cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
+        builder.module, ir.FunctionType(_V8, [_V8, _V8, _V8]), "llvm.fma.v8f32")
+
+
+def _array(context: Any, builder: Any, signature: Any, args: Any, i: int) -> Any:
+    return context.make_array(signature.args[i])(context, builder, args[i])
+
+
+def _vector(builder: Any, ptr: Any, index: Any) -> Any:
+    return builder.bitcast(builder.gep(ptr, [index]), _V8.as_pointer())
+
+
+def _accumulate(builder: Any, count: Any, starts: list[Any],
+                step: Callable[[Any, list[Any]], list[Any]]) -> list[Any]:
+    """Emit ``for t in range(count): accs = step(t, accs)`` over vector accumulators that
+    start at ``starts`` (each ``step`` emits one iteration's body); returns their final
+    values."""
+    entry = builder.basic_block
+    loop, body, done = (builder.append_basic_block(f"accumulate.{part}")
+                        for part in ("loop", "body", "done"))
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    t = builder.phi(_I64)
+    t.add_incoming(_c64(0), entry)
+    accs = []
+    for start in starts:
+        acc = builder.phi(_V8)
+        acc.add_incoming(start, entry)
+        accs.append(acc)
+    builder.cbranch(builder.icmp_signed("<", t, count), body, done)
+    builder.position_at_end(body)
+    new = step(t, accs)
+    t.add_incoming(builder.add(t, _c64(1)), builder.basic_block)
+    for acc, value in zip(accs, new, strict=True):
+        acc.add_incoming(value, builder.basic_block)
+    builder.branch(loop)
+    builder.position_at_end(done)
+    return accs
+
+
+def _stores(builder: Any, flags: Any, store: Any) -> None:
+    """Emit ``store(add_residual: bool, relu: i1)`` twice, behind a branch on the
+    :data:`RESIDUAL` bit of ``flags`` (the residual is only read where it is given)."""
+    relu = builder.icmp_signed("!=", builder.and_(flags, _c64(RELU)), _c64(0))
+    plain = builder.append_basic_block("store.plain")
+    summed = builder.append_basic_block("store.residual")
+    end = builder.append_basic_block("store.end")
+    has = builder.icmp_signed("!=", builder.and_(flags, _c64(RESIDUAL)), _c64(0))
+    builder.cbranch(has, summed, plain)
+    for block, residual in ((plain, False), (summed, True)):
+        builder.position_at_end(block)
+        store(residual, relu)
+        builder.branch(end)
+    builder.position_at_end(end)
+
+
+def _rectified(builder: Any, value: Any, relu: Any) -> Any:
+    """``value < 0 ? 0 : value`` where ``relu`` (NaN stays NaN, as the relu op), else
+    ``value``."""
+    zero = ir.Constant(value.type, None)
+    below = builder.fcmp_ordered("<", value, zero)
+    if isinstance(value.type, ir.VectorType):
+        relu = builder.shuffle_vector(
+            builder.insert_element(ir.Constant(ir.VectorType(ir.IntType(1), 8), ir.Undefined),
+                                   relu, ir.Constant(_I32, 0)),
+            ir.Constant(ir.VectorType(ir.IntType(1), 8), ir.Undefined),
+            ir.Constant(ir.VectorType(_I32, 8), [0] * 8))
+    return builder.select(builder.and_(below, relu), zero, value)
+
+
 @intrinsic
 def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
           taps: Any, bias: Any, b0: Any, out: Any, o0: Any, plane: Any, scratch: Any,
-          full: Any) -> Any:
+          full: Any, residual: Any, flags: Any) -> Any:
     """One tile: output channels ``b0 .. b0+15`` (weights from ``w0``) of pixels
     ``q0 .. q0+5`` of the image at ``x0``; stored into ``out`` at ``o0`` (channel stride
-    ``plane``) when ``full``, else into ``scratch[pixel * 16 + channel]``."""
+    ``plane``, with the epilogue of ``flags`` applied: + ``residual`` at the same place,
+    relu) when ``full``, else into ``scratch[pixel * 16 + channel]`` as summed."""
     sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, b0, out, o0, plane, scratch,
-                     full)
+                     full, residual, flags)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        def data(i: int) -> Any:
-            return context.make_array(signature.args[i])(context, builder, args[i]).data
-
-        wp, xp, pp, tp, bp, op, sp = (data(i) for i in (0, 2, 4, 6, 7, 9, 12))
-        w0, x0, q0, b0, o0, plane, full = (args[i] for i in (1, 3, 5, 8, 10, 11, 13))
-        n_taps = context.make_array(signature.args[6])(context, builder, args[6]).shape
-        n_taps = builder.extract_value(n_taps, 0)
-        fma = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
-            builder.module, ir.FunctionType(_V8, [_V8, _V8, _V8]), "llvm.fma.v8f32")
-
-        def vector(ptr: Any, index: Any) -> Any:
-            return builder.bitcast(builder.gep(ptr, [index]), _V8.as_pointer())
-
+        wp, xp, pp, tp, bp, op, sp, rp = (_array(context, builder, signature, args, i).data
+                                          for i in (0, 2, 4, 6, 7, 9, 12, 14))
+        w0, x0, q0, b0, o0, plane, full, flags = (args[i] for i in (1, 3, 5, 8, 10, 11, 13, 15))
+        n_taps = builder.extract_value(_array(context, builder, signature, args, 6).shape, 0)
+        fma = _fma(builder)
         bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, _c64(p))])))
                  for p in range(PIXELS)]
-        start = [builder.load(vector(bp, builder.add(b0, _c64(8 * h))), align=4)
+        start = [builder.load(_vector(builder, bp, builder.add(b0, _c64(8 * h))), align=4)
                  for h in range(2)]
-        entry = builder.basic_block
-        loop = builder.append_basic_block("tile.loop")
-        body = builder.append_basic_block("tile.body")
-        done = builder.append_basic_block("tile.done")
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        t = builder.phi(_I64)
-        t.add_incoming(_c64(0), entry)
-        accs = []
-        for _ in range(PIXELS):
-            for h in range(2):
-                acc = builder.phi(_V8)
-                acc.add_incoming(start[h], entry)
-                accs.append(acc)
-        builder.cbranch(builder.icmp_signed("<", t, n_taps), body, done)
-        builder.position_at_end(body)
-        wi = builder.add(w0, builder.mul(t, _c64(CHANNELS)))
-        w = [builder.load(vector(wp, builder.add(wi, _c64(8 * h))), align=4) for h in range(2)]
-        offset = builder.sext(builder.load(builder.gep(tp, [t])), _I64)
-        undef = ir.Constant(_V8, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
-        new: list[Any] = []
-        for p in range(PIXELS):
-            value = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
-            broadcast = builder.shuffle_vector(
-                builder.insert_element(undef, value, ir.Constant(_I32, 0)), undef, splat)
-            new.extend(builder.call(fma, [broadcast, w[h], accs[2 * p + h]]) for h in range(2))
-        t.add_incoming(builder.add(t, _c64(1)), builder.basic_block)
-        for acc, value in zip(accs, new, strict=True):
-            acc.add_incoming(value, builder.basic_block)
-        builder.branch(loop)
-        builder.position_at_end(done)
+
+        def tap(t: Any, accs: list[Any]) -> list[Any]:
+            wi = builder.add(w0, builder.mul(t, _c64(CHANNELS)))
+            w = [builder.load(_vector(builder, wp, builder.add(wi, _c64(8 * h))), align=4)
+                 for h in range(2)]
+            offset = builder.sext(builder.load(builder.gep(tp, [t])), _I64)
+            new: list[Any] = []
+            for p in range(PIXELS):
+                value = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
+                broadcast = _splat(builder, value)
+                new.extend(builder.call(fma, [broadcast, w[h], accs[2 * p + h]])
+                           for h in range(2))
+            return new
+
+        accs = _accumulate(builder, n_taps, start * PIXELS, tap)
         scatter = builder.append_basic_block("tile.scatter")
         spill = builder.append_basic_block("tile.spill")
         end = builder.append_basic_block("tile.end")
         builder.cbranch(builder.icmp_signed("!=", full, ir.Constant(full.type, 0)), scatter,
                         spill)
         builder.position_at_end(scatter)
-        for p in range(PIXELS):
-            for h in range(2):
-                for lane in range(8):
-                    index = builder.add(o0, builder.add(
-                        builder.mul(plane, _c64(8 * h + lane)), _c64(p)))
-                    builder.store(builder.extract_element(accs[2 * p + h],
-                                                          ir.Constant(_I32, lane)),
-                                  builder.gep(op, [index]))
+
+        def store(residual: bool, relu: Any) -> None:
+            for p in range(PIXELS):
+                for h in range(2):
+                    for lane in range(8):
+                        index = builder.add(o0, builder.add(
+                            builder.mul(plane, _c64(8 * h + lane)), _c64(p)))
+                        value = builder.extract_element(accs[2 * p + h],
+                                                        ir.Constant(_I32, lane))
+                        if residual:
+                            value = builder.fadd(value, builder.load(builder.gep(rp, [index])))
+                        builder.store(_rectified(builder, value, relu),
+                                      builder.gep(op, [index]))
+
+        _stores(builder, flags, store)
         builder.branch(end)
         builder.position_at_end(spill)
         for p in range(PIXELS):
             for h in range(2):
-                builder.store(accs[2 * p + h], vector(sp, _c64(CHANNELS * p + 8 * h)), align=4)
+                builder.store(accs[2 * p + h], _vector(builder, sp, _c64(CHANNELS * p + 8 * h)),
+                              align=4)
         builder.branch(end)
         builder.position_at_end(end)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _panel(typingctx: Any, weights: Any, w0: Any, depth: Any, x: Any, x0: Any, xplane: Any,
+           bias: Any, b0: Any, out: Any, o0: Any, oplane: Any, residual: Any, flags: Any
+           ) -> Any:
+    """One pointwise tile: output channels ``b0 .. b0+5`` (weights ``[depth, 6]`` from
+    ``w0``) of the 16 pixels from ``x0`` (``depth`` input channels ``xplane`` apart), stored
+    as two vectors per channel into ``out`` from ``o0`` (channels ``oplane`` apart) with the
+    epilogue of ``flags`` (+ ``residual`` at the same place, relu)."""
+    sig = types.void(weights, w0, depth, x, x0, xplane, bias, b0, out, o0, oplane, residual,
+                     flags)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        wp, xp, bp, op, rp = (_array(context, builder, signature, args, i).data
+                              for i in (0, 3, 6, 8, 11))
+        w0, depth, x0, xplane, b0, o0, oplane, flags = (args[i]
+                                                        for i in (1, 2, 4, 5, 7, 9, 10, 12))
+        fma = _fma(builder)
+        start = [_splat(builder, builder.load(builder.gep(bp, [builder.add(b0, _c64(r))])))
+                 for r in range(ROWS)]
+
+        def channel(t: Any, accs: list[Any]) -> list[Any]:
+            xi = builder.add(x0, builder.mul(t, xplane))
+            data = [builder.load(_vector(builder, xp, builder.add(xi, _c64(8 * h))), align=4)
+                    for h in range(2)]
+            wi = builder.add(w0, builder.mul(t, _c64(ROWS)))
+            new: list[Any] = []
+            for r in range(ROWS):
+                weight = _splat(builder, builder.load(builder.gep(wp, [builder.add(wi,
+                                                                                   _c64(r))])))
+                new.extend(builder.call(fma, [weight, data[h], accs[2 * r + h]])
+                           for h in range(2))
+            return new
+
+        accs = _accumulate(builder, depth, [s for s in start for _ in range(2)], channel)
+
+        def store(residual: bool, relu: Any) -> None:
+            for r in range(ROWS):
+                for h in range(2):
+                    index = builder.add(o0, builder.add(builder.mul(oplane, _c64(r)),
+                                                        _c64(8 * h)))
+                    value = accs[2 * r + h]
+                    if residual:
+                        value = builder.fadd(value, builder.load(_vector(builder, rp, index),
+                                                                 align=4))
+                    builder.store(_rectified(builder, value, relu), _vector(builder, op, index),
+                                  align=4)
+
+        _stores(builder, flags, store)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -196,18 +323,45 @@ def _flat(dtype: types.Type, readonly: bool = False) -> types.Array:
     return types.Array(dtype, 1, "C", readonly=readonly)
 
 
-_SIGNATURE = types.boolean(
-    _flat(types.float32, True), types.int64, _flat(types.int64, True), types.int64,
-    _flat(types.int32, True), _flat(types.float32, True), _flat(types.float32, True),
-    _flat(types.float32), types.int64, _COUNTERS, types.int64, _COUNTERS, types.boolean,
-    types.int64, types.int64)
+@numba.njit(types.boolean(_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64,
+                          types.int64), cache=True, nogil=True)
+def _finish(counters: np.ndarray, total: int, bell: np.ndarray, caller: bool, call: int,
+            spins: int) -> bool:
+    """The end of a thread's part of a call (see :func:`conv_jobs`): the caller waits for
+    every job to be done; a helper busy-waits for the next call's ring."""
+    if caller:
+        while _read(counters, 1) < total:  # type: ignore[call-arg]  # (typingctx)
+            pass  # a helper finishes its last jobs
+        return True
+    for _ in range(spins):  # noqa: SIM110 (numba compiles no any() over a generator)
+        if _read(bell, 0) > call:  # type: ignore[call-arg]
+            return True
+    return False
 
 
-@numba.njit(_SIGNATURE, cache=True, nogil=True)
+_F32, _F32_IN = _flat(types.float32), _flat(types.float32, True)
+_JOBS = (_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64, types.int64)
+"""The arguments every job function ends with: counters, grain, bell, caller, call,
+spins."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _epilogue(value: float, residual: np.ndarray, at: int, flags: int) -> float:
+    """``value`` after the epilogue of ``flags`` (the residual read at ``at``)."""
+    if flags & RESIDUAL:
+        value += residual[at]
+    if flags & RELU and value < 0:
+        return 0.0
+    return value
+
+
+@numba.njit(types.boolean(_F32_IN, types.int64, _flat(types.int64, True), types.int64,
+                          _flat(types.int32, True), _F32_IN, _F32_IN, _F32, types.int64,
+                          _F32_IN, types.int64, *_JOBS), cache=True, nogil=True)
 def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: np.ndarray,
               weights: np.ndarray, bias: np.ndarray, out: np.ndarray, channels: int,
-              counters: np.ndarray, grain: int, bell: np.ndarray, caller: bool, call: int,
-              spins: int) -> bool:
+              residual: np.ndarray, flags: int, counters: np.ndarray, grain: int,
+              bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
     """Run tiles of the convolution until none is left, on the calling thread (``caller``)
     or on a helper thread joining it.
 
@@ -220,7 +374,8 @@ def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: 
     done, by any thread. A helper of call number ``call``, when out of tiles, busy-waits up
     to ``spins`` looks for the next call's ring and returns whether it came. ``image``:
     elements per padded image of ``x``; ``length``: output pixels per image; ``channels``:
-    output channels."""
+    output channels; ``flags``: the epilogue (:data:`RESIDUAL`: add ``residual``, shaped as
+    the output; :data:`RELU`)."""
     if caller:
         _fetch_add(bell, 0, 1)  # type: ignore[call-arg]  # (typingctx: numba's)
     n_taps = taps.shape[0]
@@ -243,17 +398,72 @@ def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: 
             o0 = (img * channels + block * CHANNELS) * length + q0
             full = count == PIXELS and kept == CHANNELS
             _tile(weights, block * n_taps * CHANNELS, x, img * image, pixels, q0, taps, bias,
-                  block * CHANNELS, out, o0, length, scratch, full)
+                  block * CHANNELS, out, o0, length, scratch, full, residual, flags)
             if not full:
                 for p in range(count):
                     for c in range(kept):
-                        out[o0 + c * length + p] = scratch[p * CHANNELS + c]
+                        at = o0 + c * length + p
+                        out[at] = _epilogue(scratch[p * CHANNELS + c], residual, at, flags)
         _fetch_add(counters, 1, last - first)
+    return _finish(counters, total, bell, caller, call, spins)
+
+
+@numba.njit(types.boolean(_F32_IN, types.int64, types.int64, _F32_IN, _F32_IN, _F32,
+                          types.int64, _F32_IN, types.int64, types.int64, *_JOBS),
+            cache=True, nogil=True)
+def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
+                   bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
+                   flags: int, chunk: int, counters: np.ndarray, grain: int,
+                   bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """A pointwise (1x1) convolution, ``x`` ``[N, depth, length]`` into ``out``
+    ``[N, channels, length]`` (flattened): tiles of 16 pixels by 6 output channels, as
+    jobs of one 16-pixel stretch by ``chunk`` blocks of 6 channels (whose packed weights stay
+    in cache over the stretches that follow), numbered image-major, then by chunk, then
+    along the pixels, and claimed as in :func:`conv_jobs` (whose last six arguments these
+    are). A stretch short of 16 pixels (the end of an image) is first copied into a zeroed
+    panel; a tile short of pixels or channels is stored through a scratch tile."""
     if caller:
-        while _read(counters, 1) < total:
-            pass  # a helper finishes its last tiles
-        return True
-    for _ in range(spins):  # noqa: SIM110 (numba compiles no any() over a generator)
-        if _read(bell, 0) > call:
-            return True
-    return False
+        _fetch_add(bell, 0, 1)  # type: ignore[call-arg]  # (typingctx: numba's)
+    blocks = (channels + ROWS - 1) // ROWS
+    chunks = (blocks + chunk - 1) // chunk
+    tiles = (length + SPAN - 1) // SPAN
+    total = (out.shape[0] // (channels * length)) * chunks * tiles
+    panel = np.zeros(depth * SPAN, np.float32)  # columns past an image's end stay zero
+    scratch = np.empty(ROWS * SPAN, np.float32)
+    nothing = scratch[:0]
+    while True:
+        first: int = _fetch_add(counters, 0, grain)  # type: ignore[call-arg]  # (typingctx)
+        if first >= total:
+            break
+        last = min(first + grain, total)
+        for job in range(first, last):
+            tile = job % tiles
+            k = (job // tiles) % chunks
+            img = job // (tiles * chunks)
+            p0 = tile * SPAN
+            count = min(SPAN, length - p0)
+            x0 = img * depth * length + p0
+            if count < SPAN:
+                for c in range(depth):
+                    for p in range(count):
+                        panel[c * SPAN + p] = x[x0 + c * length + p]
+            for block in range(k * chunk, min(blocks, (k + 1) * chunk)):
+                rows = min(ROWS, channels - block * ROWS)
+                o0 = (img * channels + block * ROWS) * length + p0
+                w0 = block * depth * ROWS
+                if count == SPAN and rows == ROWS:
+                    _panel(weights, w0, depth, x, x0, length, bias, block * ROWS, out, o0,
+                           length, residual, flags)
+                    continue
+                if count == SPAN:
+                    _panel(weights, w0, depth, x, x0, length, bias, block * ROWS, scratch, 0,
+                           SPAN, nothing, 0)
+                else:
+                    _panel(weights, w0, depth, panel, 0, SPAN, bias, block * ROWS, scratch,
+                           0, SPAN, nothing, 0)
+                for r in range(rows):
+                    for p in range(count):
+                        at = o0 + r * length + p
+                        out[at] = _epilogue(scratch[r * SPAN + p], residual, at, flags)
+        _fetch_add(counters, 1, last - first)
+    return _finish(counters, total, bell, caller, call, spins)

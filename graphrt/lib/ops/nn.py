@@ -54,7 +54,7 @@ from .base import (
     normalize_axis,
     register_op,
 )
-from .convolution import conv_workspace, run_conv
+from .convolution import conv_epilogue, conv_workspace, run_conv
 from .host_jit import host_rows
 from .normalization import NormalizeAttrs, normalize
 from .pooling import AxisWindow, window_reduce
@@ -711,8 +711,13 @@ register_op(OpDef(name="matmul", attrs=MatmulAttrs, arity=2, infer=_infer_matmul
                   compute=_matmul))
 register_op(OpDef(name="batch_matmul", attrs=MatmulAttrs, arity=2, infer=_infer_batch_matmul,
                   compute=_matmul))
+def _conv2d_epilogue(xp: Any, attrs: Conv2DAttrs, types: Sequence[TensorType], residual: bool,
+                     relu: bool) -> Callable[..., None] | None:
+    return conv_epilogue(xp, types, *_conv_geometry(attrs), residual, relu)
+
+
 register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_conv2d,
-                  compute=_conv2d, workspace=_conv2d_workspace))
+                  compute=_conv2d, workspace=_conv2d_workspace, epilogue=_conv2d_epilogue))
 register_op(OpDef(name="conv2d_transpose", attrs=Conv2DTransposeAttrs, arity=None,
                   infer=_infer_conv2d_transpose, compute=_conv2d_transpose))
 register_op(OpDef(name="max_pool2d", attrs=MaxPool2DAttrs, arity=1, infer=_infer_max_pool2d,

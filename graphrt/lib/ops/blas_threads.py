@@ -1,0 +1,81 @@
+"""How many threads numpy's BLAS runs, held down while something else needs the cores.
+
+Two holders share one count, so that neither undoes the other: the executor's inter-op lanes
+(while branches run at once, BLAS gets ``cores // lanes`` threads) and the host GEMM of
+:func:`graphrt.lib.ops.base.matmul`, which runs a small product on one thread while the
+direct convolution's helper threads are busy (:func:`graphrt.lib.ops.host_conv.crew_active`):
+OpenBLAS's workers spin for about 0.1 s after each threaded call (its thread timeout), and a
+spinning worker takes the core a convolution's helper needs. Measured on ResNet-18 at batch 1
+run back to back on 2 cores: 54 ms with the dense layer's GEMM threaded, 29 ms with it on one
+thread.
+
+The limit is set through threadpoolctl's controllers of the loaded BLAS libraries (two
+ctypes calls, a few microseconds); while several holders overlap, the lowest limit holds, and
+the original count comes back when the last one leaves.
+
+Example:
+    >>> with blas_held(1):
+    ...     pass
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["blas_held"]
+
+
+class _Hold:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._libraries: list[Any] | None = None
+        self._original: list[int] = []
+        self._limit = 0
+
+    def _blas(self) -> list[Any]:
+        if self._libraries is None:
+            try:
+                from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+            except ImportError:  # a dependency, but the runtime works without it
+                self._libraries = []
+            else:
+                self._libraries = list(
+                    ThreadpoolController().select(user_api="blas").lib_controllers)
+        return self._libraries
+
+    def enter(self, threads: int) -> None:
+        with self._lock:
+            libraries = self._blas()
+            if self._holders == 0:
+                self._original = [lib.get_num_threads() for lib in libraries]
+                self._limit = threads + 1  # set below
+            self._holders += 1
+            if threads < self._limit:
+                self._limit = threads
+                for lib in libraries:
+                    lib.set_num_threads(threads)
+
+    def exit(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                for lib, count in zip(self._blas(), self._original, strict=True):
+                    lib.set_num_threads(count)
+
+
+_HOLD = _Hold()
+
+
+@contextmanager
+def blas_held(threads: int) -> Iterator[None]:
+    """``with blas_held(n):`` BLAS runs at most ``n`` threads inside (the lowest limit of
+    every holder at the time; the original count is restored when the last one leaves)."""
+    _HOLD.enter(threads)
+    try:
+        yield
+    finally:
+        _HOLD.exit()

@@ -1,0 +1,181 @@
+"""A convolution's epilogue (+ residual, relu) applied as the direct kernels store their
+results (graphrt.lib.epilogues, conv_epilogue), the declarative functions that fuse into it,
+and BLAS held to one thread (graphrt.lib.ops.blas_threads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from builders import GraphBuilder
+from threadpoolctl import threadpool_info
+
+import graphrt
+from graphrt.lib import Library, TensorType
+from graphrt.lib.epilogues import EpilogueRun, epilogue_runs
+from graphrt.lib.ops import base, host_conv
+from graphrt.lib.ops.blas_threads import blas_held
+from graphrt.lib.ops.convolution import conv_epilogue, run_conv
+
+pytest.importorskip("numba")
+
+RNG = np.random.default_rng(43)
+F32 = TensorType((2, 8, 4, 4), "float32")
+
+# (x shape, w shape, strides, pads): a direct and a pointwise convolution
+CASES = [((2, 5, 9, 11), (21, 5, 3, 3), (1, 1), (1, 1)),
+         ((2, 7, 5, 7), (13, 7, 1, 1), (1, 1), (0, 0)),
+         ((1, 9, 8, 8), (14, 9, 1, 1), (2, 2), (0, 0))]
+
+
+def _out_shape(xs: tuple[int, ...], ws: tuple[int, ...], strides: tuple[int, ...],
+               pads: tuple[int, ...]) -> tuple[int, ...]:
+    return (xs[0], ws[0], *((xs[2 + a] + 2 * pads[a] - ws[2 + a]) // strides[a] + 1
+                            for a in range(2)))
+
+
+@pytest.mark.parametrize("case", CASES, ids=["direct", "pointwise", "pointwise-strided"])
+@pytest.mark.parametrize(("residual", "relu"), [(True, True), (True, False), (False, True)])
+def test_the_epilogue_gives_the_bits_of_the_separate_steps(
+        case: tuple[Any, ...], residual: bool, relu: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    xs, ws, strides, pads = case
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal(ws).astype(np.float32)
+    b = RNG.standard_normal(ws[0]).astype(np.float32)
+    shape = _out_shape(xs, ws, strides, pads)
+    r = RNG.standard_normal(shape).astype(np.float32)
+    r.flat[::7] = np.nan  # NaN stays NaN through relu
+    kernel = conv_epilogue(np, [TensorType(xs, "float32"), TensorType(ws, "float32"),
+                                TensorType(ws[:1], "float32")], 1, strides, (1, 1), pads,
+                           residual, relu)
+    assert kernel is not None
+    got = np.full(shape, 7.0, np.float32)
+    kernel(x, w, b, *([r] if residual else []), got)
+    want = np.empty(shape, np.float32)
+    run_conv(np, [x, w, b], [want], 1, strides, (1, 1), pads)
+    if residual:
+        want = want + r
+    if relu:
+        want = np.maximum(want, 0)
+    np.testing.assert_array_equal(got, want)
+    monkeypatch.setenv("GRAPHRT_JIT", "0")  # the GEMM path adds and rectifies after
+    other = np.empty(shape, np.float32)
+    run_conv(np, [x, w, b], [other], 1, strides, (1, 1), pads, r if residual else None, relu)
+    np.testing.assert_allclose(other, want, rtol=1e-5, atol=1e-5)
+
+
+def test_no_epilogue_kernel_where_the_direct_kernels_do_not_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    types = [TensorType((1, 4, 6, 6), "float32"), TensorType((8, 4, 3, 3), "float32")]
+    args = ((1, 1), (1, 1), (1, 1), True, True)
+    assert conv_epilogue(np, types, 1, *args) is not None
+    assert conv_epilogue(np, types, 2, *args) is None  # grouped
+    f64 = [TensorType(t.shape, "float64") for t in types]
+    assert conv_epilogue(np, f64, 1, *args) is None
+    monkeypatch.setenv("GRAPHRT_JIT", "0")
+    assert conv_epilogue(np, types, 1, *args) is None
+
+
+def _steps(*steps: tuple[str, tuple[str, ...], tuple[str, ...]]
+           ) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    return list(steps)
+
+
+def test_epilogue_runs_are_found_only_where_nothing_else_reads_between() -> None:
+    types = dict.fromkeys(("t", "u", "r", "v"), F32) | {"s": TensorType((1, 8, 1, 1), "float32")}
+
+    def runs(steps: list[Any], exported: set[str] = frozenset({"y"})) -> list[EpilogueRun]:
+        return epilogue_runs(steps, set(exported), types, lambda k: steps[k][0] == "conv2d")
+
+    conv = ("conv2d", ("x", "w"), ("t",))
+    assert runs(_steps(conv, ("add", ("t", "r"), ("u",)), ("relu", ("u",), ("y",)))) == [
+        EpilogueRun(0, 2, "r", True, "y")]
+    assert runs(_steps(conv, ("add", ("t", "r"), ("y",)))) == [
+        EpilogueRun(0, 1, "r", False, "y")]
+    assert runs(_steps(conv, ("relu", ("t",), ("y",)))) == [EpilogueRun(0, 1, None, True, "y")]
+    # the add's result read twice: the add joins, the relu does not
+    assert runs(_steps(conv, ("add", ("r", "t"), ("u",)), ("relu", ("u",), ("y",)),
+                       ("mul", ("u", "y"), ("z",))), {"z"}) == [
+        EpilogueRun(0, 1, "r", False, "u")]
+    assert runs(_steps(conv, ("add", ("t", "s"), ("y",)))) == []  # a broadcast add (bias)
+    assert runs(_steps(conv, ("relu", ("t",), ("y",))), {"t", "y"}) == []  # t exported
+    assert runs(_steps(conv, ("relu", ("t",), ("u",)), ("add", ("t", "u"), ("y",)))) == []
+    assert runs(_steps(("dense", ("x", "w"), ("t",)), ("relu", ("t",), ("y",)))) == []
+    assert runs(_steps(conv, ("sigmoid", ("t",), ("y",)))) == []
+
+
+def _block(relu_first: bool = False) -> tuple[Any, Library]:
+    """A ResNet block's second convolution: conv -> add(residual) -> relu."""
+    g = GraphBuilder()
+    ix, iw, ib = g.input("x", [2, 16, 10, 10]), g.input("w", [24, 16, 3, 3]), g.input("b", [24])
+    ir = g.input("r", [2, 24, 10, 10])
+    y = g.op("block", "block", [ix, iw, ib, ir], shape=[2, 24, 10, 10])
+    lib = Library()
+    add = {"op": "add", "inputs": ["r", "t"], "outputs": ["u"]}
+    lib.define("block", {"inputs": ["x", "w", "b", "r"], "outputs": ["y"], "body": [
+        {"op": "conv2d", "inputs": ["x", "w", "b"], "outputs": ["t"],
+         "attrs": {"padding": [1, 1, 1, 1]}},
+        *([{"op": "relu", "inputs": ["t"], "outputs": ["u"]},
+           {"op": "add", "inputs": ["u", "r"], "outputs": ["y"]}] if relu_first else
+          [add, {"op": "relu", "inputs": ["u"], "outputs": ["y"]}])]})
+    return g.build(heads=[y]), lib
+
+
+@pytest.mark.parametrize("relu_first", [False, True])
+def test_a_resnet_block_lowers_to_one_call_and_runs_as_on_sim(relu_first: bool) -> None:
+    graph, lib = _block(relu_first)
+    f32 = [TensorType(s, "float32") for s in ((2, 16, 10, 10), (24, 16, 3, 3), (24,),
+                                              (2, 24, 10, 10))]
+    lowering = lib.resolve("block", "cpu").lower(f32, [f32[3]], xp=np, where="node 4",
+                                                 fuse=True)
+    # conv with + residual and relu in its store; relu first: conv with relu, then the add
+    assert len(lowering.calls) == (2 if relu_first else 1)
+    feeds = {"x": RNG.standard_normal((2, 16, 10, 10)).astype(np.float32),
+             "w": RNG.standard_normal((24, 16, 3, 3)).astype(np.float32),
+             "b": RNG.standard_normal(24).astype(np.float32),
+             "r": RNG.standard_normal((2, 24, 10, 10)).astype(np.float32)}
+    results = []
+    for device in (graphrt.cpu(0), graphrt.sim(0)):  # sim: step by step
+        mod = graphrt.create(graph, lib, device)
+        mod.run(**feeds)
+        results.append(mod.get_output(0, np.empty((2, 24, 10, 10), np.float32)))
+    np.testing.assert_array_equal(*results)
+
+
+def _blas_threads() -> list[int]:
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_blas_held_takes_the_lowest_limit_and_restores_the_count_at_the_last_exit() -> None:
+    before = _blas_threads()
+    if not before:
+        pytest.skip("no BLAS library threadpoolctl can control")
+    with blas_held(1):
+        assert _blas_threads() == [1] * len(before)
+        with blas_held(4):  # a higher limit does not raise it
+            assert _blas_threads() == [1] * len(before)
+        assert _blas_threads() == [1] * len(before)
+    assert _blas_threads() == before
+
+
+def test_a_small_gemm_runs_on_one_blas_thread_while_the_helpers_are_busy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[int]] = []
+    real = base._matmul
+
+    def spy(*args: Any) -> Any:
+        seen.append(_blas_threads())
+        return real(*args)
+
+    monkeypatch.setattr(base, "_matmul", spy)
+    before = _blas_threads()
+    a, b = np.ones((4, 64), np.float32), np.ones((64, 8), np.float32)
+    monkeypatch.setattr(host_conv, "quiet_helpers", lambda: True)  # a convolution just ran
+    monkeypatch.setattr(base, "quiet_helpers", host_conv.quiet_helpers)
+    np.testing.assert_array_equal(base.matmul(np, a, b), a @ b)
+    monkeypatch.setattr(base, "quiet_helpers", lambda: False)
+    base.matmul(np, a, b)
+    assert seen == [[1] * len(before), before]
+    assert _blas_threads() == before
