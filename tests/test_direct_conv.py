@@ -80,6 +80,26 @@ def test_matches_the_float64_reference_and_the_gemm_path(
                                atol=1e-5)
 
 
+def test_strips_of_tiles_cover_the_output_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphrt.lib.ops import host_conv
+
+    monkeypatch.setattr(host_conv, "_STRIP_BYTES", 4 * 3 * 12 * 5)  # 3 output rows a strip
+    host_conv.direct_plan.cache_clear()
+    conv_plan.cache_clear()
+    try:
+        x = RNG.standard_normal((2, 3, 10, 10)).astype(np.float32)
+        w = RNG.standard_normal((20, 3, 3, 3)).astype(np.float32)
+        plan = host_conv.direct_plan(x.shape, w.shape, (2, 20, 10, 10), (1, 1), (1, 1), (1, 1))
+        tiles = -(-plan.length // 6)
+        assert 1 < plan.strip < tiles and tiles % plan.strip  # several, the last one shorter
+        got = _run(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1))
+    finally:
+        host_conv.direct_plan.cache_clear()
+        conv_plan.cache_clear()
+    np.testing.assert_allclose(got, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_strided_data_and_a_strided_output_give_the_same_bits() -> None:
     x = RNG.standard_normal((2, 6, 10, 12)).astype(np.float32)
     w = RNG.standard_normal((20, 3, 3, 3)).astype(np.float32)

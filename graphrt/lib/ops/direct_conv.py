@@ -26,8 +26,8 @@ Example:
     >>> taps = np.array([0, 1, 3, 4], np.int32)
     >>> out = np.empty(4, np.float32)
     >>> counters, bell = np.zeros(2, np.int64), np.zeros(1, np.int64)
-    >>> conv_jobs(x, 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0, counters, 1, bell, True,
-    ...           0, 0)
+    >>> conv_jobs(x, 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0, 1, counters, 1, bell,
+    ...           True, 0, 0)
     True
     >>> out.tolist()
     [8.0, 12.0, 20.0, 24.0]
@@ -357,16 +357,17 @@ def _epilogue(value: float, residual: np.ndarray, at: int, flags: int) -> float:
 
 @numba.njit(types.boolean(_F32_IN, types.int64, _flat(types.int64, True), types.int64,
                           _flat(types.int32, True), _F32_IN, _F32_IN, _F32, types.int64,
-                          _F32_IN, types.int64, *_JOBS), cache=True, nogil=True)
+                          _F32_IN, types.int64, types.int64, *_JOBS), cache=True, nogil=True)
 def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: np.ndarray,
               weights: np.ndarray, bias: np.ndarray, out: np.ndarray, channels: int,
-              residual: np.ndarray, flags: int, counters: np.ndarray, grain: int,
+              residual: np.ndarray, flags: int, strip: int, counters: np.ndarray, grain: int,
               bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
     """Run tiles of the convolution until none is left, on the calling thread (``caller``)
     or on a helper thread joining it.
 
-    Tiles are numbered image-major, then by block of 16 output channels, then along the
-    output (so one block's packed weights stay in cache over its tiles), and claimed
+    Tiles are numbered image-major, then by strip of ``strip`` tiles along the output (whose
+    data stays in cache over every block), then by block of 16 output channels, then along
+    the strip (so one block's packed weights stay in cache over its tiles), and claimed
     ``grain`` at a time from ``counters[0]`` (every thread of one call shares ``counters``,
     zeroed before), so a helper that starts late finds less or nothing left;
     ``counters[1]`` counts the tiles done. The caller first rings ``bell`` (adds 1: this is
@@ -389,10 +390,11 @@ def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: 
             break
         last = min(first + grain, total)
         for job in range(first, last):
-            tile = job % tiles
-            block = (job // tiles) % blocks
-            img = job // (tiles * blocks)
-            q0 = tile * PIXELS
+            img, rest = divmod(job, tiles * blocks)
+            band, rest = divmod(rest, strip * blocks)
+            width = min(strip, tiles - band * strip)  # the last strip may be shorter
+            block, tile = divmod(rest, width)
+            q0 = (band * strip + tile) * PIXELS
             count = min(PIXELS, length - q0)
             kept = min(CHANNELS, channels - block * CHANNELS)
             o0 = (img * channels + block * CHANNELS) * length + q0

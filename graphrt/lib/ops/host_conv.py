@@ -66,6 +66,8 @@ class DirectPlan:
         length: output pixels per image.
         jobs: tiles (16 output channels x 6 pixels) over the batch.
         grain: tiles a thread claims at a time.
+        strip: tiles along the output whose data (about :data:`_STRIP_BYTES`) every block
+            of output channels runs over before the next strip.
         parallel: worth running on every core.
         padded_shape: the padded data ``[N, C, Hp, Wp]`` (the data's own shape when read in
             place).
@@ -81,6 +83,7 @@ class DirectPlan:
     length: int
     jobs: int
     grain: int
+    strip: int
     parallel: bool
     padded_shape: tuple[int, ...]
     copy: tuple[Index, Index]
@@ -120,10 +123,18 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
         if all(s.stop > s.start for s in region[2:]))
     pixels.flags.writeable = False
     jobs = n * -(-o // _CHANNELS) * tiles
+    band = max(1, (_STRIP_BYTES // (4 * c * wp) - (kh - 1) * dh) // sh)  # output rows
+    strip = min(tiles, max(1, band * ow // _PIXELS))
     return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
-                      max(1, min(32, jobs // 32)), jobs * len(taps) >= _MIN_WORK,
+                      max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
                       (n, c, hp, wp), copy, zeros, pixels, taps.astype(np.int32))
 
+
+_STRIP_BYTES = 1 << 17
+"""Padded data (bytes) a strip of tiles reads, so that it stays in cache while every block of
+output channels runs over it: a quarter of a core's L2 here (AMD EPYC, 512 KiB). Against one
+strip per image, ResNet-18's layers ran 2-9% faster (0.5-4% with 256 KiB strips); the
+14x14 ones, which fit whole, within noise."""
 
 _SPIN_LOOKS = 2_000_000
 """How many times (about 1 ms) a helper thread looks for the next convolution before it
@@ -295,7 +306,8 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     counters = np.zeros(2, np.int64)  # tiles claimed, tiles done
     _run_jobs(kernels, kernels.conv_jobs, plan.parallel, (
         data, plan.image, plan.pixels, plan.length, plan.taps, packed, summed, flat,
-        weight.shape[0], *_epilogue(kernels, flat, residual, relu), counters, plan.grain))
+        weight.shape[0], *_epilogue(kernels, flat, residual, relu), plan.strip, counters,
+        plan.grain))
 
 
 @dataclass(frozen=True)
