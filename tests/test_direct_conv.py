@@ -225,6 +225,19 @@ def test_loaded_weights_are_packed_once_and_again_after_a_new_load(
     assert len(packs) == 4  # packed on every call
 
 
+def test_switching_the_jit_off_after_create_still_runs_right(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, _ = _conv_module()  # its workspace planned for the direct kernel
+    x = RNG.standard_normal((2, 16, 20, 20)).astype(np.float32)
+    w = RNG.standard_normal((40, 16, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(40).astype(np.float32)
+    mod.load_params({"w": w, "b": b})
+    monkeypatch.setenv("GRAPHRT_JIT", "0")  # the im2col path, whose workspace differs
+    (got,) = mod(x=x)
+    np.testing.assert_allclose(got, reference(x, w, b, (1, 1), (1,) * 4, (1, 1), 1),
+                               rtol=1e-5, atol=1e-4)
+
+
 def test_concurrent_runs_from_threads_give_each_its_own_result() -> None:
     mod, _ = _conv_module()
     from graphrt.lib.ops.host_conv import direct_plan

@@ -439,8 +439,12 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
     plan = conv_plan(tuple(x.shape), tuple(weight.shape), tuple(out.shape), str(x.dtype),
                      gemm_dtype(xp, x.dtype).name, xp is np, groups, strides, dilation, begin,
                      kernels is not None)
-    spaces = list(outputs[1:]) or [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype))
-                                   for t in plan.workspace()]
+    planned = plan.workspace()
+    spaces = list(outputs[1:])
+    if not spaces or any(space.shape != t.shape for space, t in zip(spaces, planned,
+                                                                    strict=False)):
+        # none given, or planned for the other algorithm (GRAPHRT_JIT changed since create())
+        spaces = [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype)) for t in planned]
     if len(spaces) != 3:
         raise OpError(f"conv: expected 3 workspace arrays, given {len(spaces)}")
     buffers = [None if shape is None else space
