@@ -8,7 +8,11 @@ the packed weight) and broadcasts the input value of each of the 6 pixels, 12 fu
 multiply-adds, with the bias as the accumulators' start. The 6 pixels run along the output
 in row-major order across row ends (each has its own base address into the padded input), so
 no lanes are wasted at the end of a row; tiles at the end of the image or the channels go
-through a scratch tile.
+through a scratch tile. A 1x1 convolution without padding runs a second micro-kernel
+(:func:`_panel`, :func:`pointwise_jobs`): 6 output channels x 16 contiguous pixels, two
+vectors of the data and a broadcast weight per input channel. Both apply the epilogue
+(:data:`RESIDUAL`: add a residual shaped as the output; :data:`RELU`) to the accumulators
+before they store them.
 
 Shapes: the input ``x`` is the padded data ``[N, C, Hp, Wp]`` flattened (or the data itself
 where no padding is needed); ``pixels[q]`` is the offset in one padded image of output pixel

@@ -9,7 +9,9 @@ on the calling thread and helper threads, one per other core (the compiled kerne
 the GIL). Threads claim tiles a few at a time from a shared counter, so a
 helper that starts late takes less or none of the work, and the calling thread returns once
 every tile is done (see :class:`_Crew`). Safe to call from several threads at once: one
-caller at a time has the helpers, the others run alone.
+caller at a time has the helpers, the others run alone. A 1x1 convolution without padding
+runs the pointwise kernel the same way (:class:`PointwisePlan`), and either adds a residual
+and applies relu as it stores (:func:`run_direct`'s ``residual`` and ``relu``).
 
 Example:
     >>> plan = direct_plan((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 8, 8), (1, 1), (1, 1),
