@@ -48,8 +48,8 @@ def test_the_epilogue_gives_the_bits_of_the_separate_steps(
     r = RNG.standard_normal(shape).astype(np.float32)
     r.flat[::7] = np.nan  # NaN stays NaN through relu
     kernel = conv_epilogue(np, [TensorType(xs, "float32"), TensorType(ws, "float32"),
-                                TensorType(ws[:1], "float32")], 1, strides, (1, 1), pads,
-                           residual, relu)
+                                TensorType(ws[:1], "float32")], TensorType(shape, "float32"),
+                           1, strides, (1, 1), pads, residual, relu)
     assert kernel is not None
     got = np.full(shape, 7.0, np.float32)
     kernel(x, w, b, *([r] if residual else []), got)
@@ -69,13 +69,14 @@ def test_the_epilogue_gives_the_bits_of_the_separate_steps(
 def test_no_epilogue_kernel_where_the_direct_kernels_do_not_run(
         monkeypatch: pytest.MonkeyPatch) -> None:
     types = [TensorType((1, 4, 6, 6), "float32"), TensorType((8, 4, 3, 3), "float32")]
+    out = TensorType((1, 8, 6, 6), "float32")
     args = ((1, 1), (1, 1), (1, 1), True, True)
-    assert conv_epilogue(np, types, 1, *args) is not None
-    assert conv_epilogue(np, types, 2, *args) is None  # grouped
+    assert conv_epilogue(np, types, out, 1, *args) is not None
+    assert conv_epilogue(np, types, out, 2, *args) is None  # grouped
     f64 = [TensorType(t.shape, "float64") for t in types]
-    assert conv_epilogue(np, f64, 1, *args) is None
+    assert conv_epilogue(np, f64, TensorType(out.shape, "float64"), 1, *args) is None
     monkeypatch.setenv("GRAPHRT_JIT", "0")
-    assert conv_epilogue(np, types, 1, *args) is None
+    assert conv_epilogue(np, types, out, 1, *args) is None
 
 
 def _steps(*steps: tuple[str, tuple[str, ...], tuple[str, ...]]

@@ -439,6 +439,14 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
     plan = conv_plan(tuple(x.shape), tuple(weight.shape), tuple(out.shape), str(x.dtype),
                      gemm_dtype(xp, x.dtype).name, xp is np, groups, strides, dilation, begin,
                      kernels is not None)
+    _run_plan(xp, kernels, plan, inputs, outputs, residual, relu)
+
+
+def _run_plan(xp: Any, kernels: Any, plan: ConvPlan, inputs: Sequence[Any],
+              outputs: Sequence[Any], residual: Any, relu: bool) -> None:
+    """:func:`run_conv` once its plan is known (``kernels``: the compiled direct kernels,
+    where the plan is direct), into a C-contiguous output."""
+    x, weight, out = inputs[0], inputs[1], outputs[0]
     planned = plan.workspace()
     spaces = list(outputs[1:])
     if not spaces or any(space.shape != t.shape for space, t in zip(spaces, planned,
@@ -467,18 +475,20 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
         xp.maximum(out, 0, out=out)  # NaN stays NaN, as the relu op
 
 
-def conv_epilogue(xp: Any, types: Sequence[TensorType], groups: int,
+def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups: int,
                   strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
                   residual: bool, relu: bool) -> Callable[..., None] | None:
-    """The convolution of ``types`` (its inputs') followed by ``+ residual`` and/or relu, as
-    one kernel ``kernel(*inputs, residual?, out, *workspace)`` (the sum and relu applied as
-    the results are stored, with no pass of their own), where the compiled direct kernels
-    run it (:func:`direct_allowed`, 2-D float32 of one group); else None.
+    """The convolution of ``types`` (its inputs') into ``out`` followed by ``+ residual``
+    and/or relu, as one kernel ``kernel(*inputs, residual?, out, *workspace)`` (the sum and
+    relu applied as the results are stored, with no pass of their own), where the compiled
+    direct kernels run it (:func:`direct_allowed`, 2-D float32 of one group); else None.
+    The plan is made here, once, not per call.
 
     Example:
         >>> import numpy as np
         >>> types = TensorType((1, 8, 6, 6), "float32"), TensorType((16, 8, 3, 3), "float32")
-        >>> kernel = conv_epilogue(np, types, 1, (1, 1), (1, 1), (1, 1), True, True)
+        >>> out_type = TensorType((1, 16, 6, 6), "float32")
+        >>> kernel = conv_epilogue(np, types, out_type, 1, (1, 1), (1, 1), (1, 1), True, True)
         >>> x, w = np.ones((1, 8, 6, 6), np.float32), np.ones((16, 8, 3, 3), np.float32)
         >>> out, r = np.empty((1, 16, 6, 6), np.float32), np.full((1, 16, 6, 6), -40, np.float32)
         >>> if kernel is not None:  # None without numba
@@ -487,14 +497,21 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], groups: int,
         0.0 32.0
     """
     x = types[0]
-    if not (direct_allowed(xp) and x.dtype == "float32" and groups == 1 and len(x.shape) == 4):
+    kernels = host_jit.direct_conv() if xp is np else None
+    if not (kernels is not None and x.dtype == "float32" and groups == 1 and x.ndim == 4
+            and 0 not in out.shape):
         return None
+    plan = conv_plan(x.shape, types[1].shape, out.shape, "float32", "float32", True, groups,
+                     strides, dilation, begin, True)
     n_in = len(types)
 
     def kernel(*arrays: Any) -> None:
         extra = arrays[n_in] if residual else None
-        run_conv(xp, arrays[:n_in], arrays[n_in + residual:], groups, strides, dilation, begin,
-                 extra, relu)
+        outputs = arrays[n_in + residual:]
+        if outputs[0].flags.c_contiguous:
+            _run_plan(xp, kernels, plan, arrays[:n_in], outputs, extra, relu)
+        else:  # a plain call's output
+            run_conv(xp, arrays[:n_in], outputs, groups, strides, dilation, begin, extra, relu)
 
     return kernel
 
@@ -757,7 +774,9 @@ def _einsum(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Einsu
 
 def _conv_epilogue(xp: Any, attrs: ConvAttrs, types: Sequence[TensorType], residual: bool,
                    relu: bool) -> Callable[..., None] | None:
-    return conv_epilogue(xp, types, *_geometry(attrs, len(types[0].shape) - 2), residual, relu)
+    out = _infer_conv(types, attrs, [None] * len(types))[0]
+    return conv_epilogue(xp, types, out, *_geometry(attrs, len(types[0].shape) - 2), residual,
+                         relu)
 
 
 register_op(OpDef(name="conv", attrs=ConvAttrs, arity=None, infer=_infer_conv, compute=_conv,

@@ -343,7 +343,7 @@ def _finish(counters: np.ndarray, total: int, bell: np.ndarray, caller: bool, ca
     return False
 
 
-_F32, _F32_IN = _flat(types.float32), _flat(types.float32, True)
+_FLOATS, _FLOATS_IN = _flat(types.float32), _flat(types.float32, True)
 _JOBS = (_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64, types.int64)
 """The arguments every job function ends with: counters, grain, bell, caller, call,
 spins."""
@@ -359,9 +359,9 @@ def _epilogue(value: float, residual: np.ndarray, at: int, flags: int) -> float:
     return value
 
 
-@numba.njit(types.boolean(_F32_IN, types.int64, _flat(types.int64, True), types.int64,
-                          _flat(types.int32, True), _F32_IN, _F32_IN, _F32, types.int64,
-                          _F32_IN, types.int64, types.int64, *_JOBS), cache=True, nogil=True)
+@numba.njit(types.boolean(_FLOATS_IN, types.int64, _flat(types.int64, True), types.int64,
+                          _flat(types.int32, True), _FLOATS_IN, _FLOATS_IN, _FLOATS, types.int64,
+                          _FLOATS_IN, types.int64, types.int64, *_JOBS), cache=True, nogil=True)
 def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: np.ndarray,
               weights: np.ndarray, bias: np.ndarray, out: np.ndarray, channels: int,
               residual: np.ndarray, flags: int, strip: int, counters: np.ndarray, grain: int,
@@ -414,8 +414,8 @@ def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: 
     return _finish(counters, total, bell, caller, call, spins)
 
 
-@numba.njit(types.boolean(_F32_IN, types.int64, types.int64, _F32_IN, _F32_IN, _F32,
-                          types.int64, _F32_IN, types.int64, types.int64, *_JOBS),
+@numba.njit(types.boolean(_FLOATS_IN, types.int64, types.int64, _FLOATS_IN, _FLOATS_IN,
+                          _FLOATS, types.int64, _FLOATS_IN, types.int64, types.int64, *_JOBS),
             cache=True, nogil=True)
 def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                    bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,

@@ -713,7 +713,8 @@ register_op(OpDef(name="batch_matmul", attrs=MatmulAttrs, arity=2, infer=_infer_
                   compute=_matmul))
 def _conv2d_epilogue(xp: Any, attrs: Conv2DAttrs, types: Sequence[TensorType], residual: bool,
                      relu: bool) -> Callable[..., None] | None:
-    return conv_epilogue(xp, types, *_conv_geometry(attrs), residual, relu)
+    out = _infer_conv2d(types, attrs, [None] * len(types))[0]
+    return conv_epilogue(xp, types, out, *_conv_geometry(attrs), residual, relu)
 
 
 register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_conv2d,
