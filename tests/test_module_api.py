@@ -42,6 +42,20 @@ def test_set_input_by_name_index_and_keywords(mod: graphrt.GraphModule) -> None:
     np.testing.assert_array_equal(mod.get_input(3), f32(4, 4, 4, 4))
 
 
+def test_set_input_copies_the_value(mod: graphrt.GraphModule) -> None:
+    """A host numpy input of the exact type goes the short way (one copy per input, no
+    checks beyond shape and dtype); it must still be a copy, taken by name or position."""
+    a = f32(1, 1, 1, 1)
+    mod.set_input("A", a)
+    mod.set_input(1, f32(2, 2, 2, 2))
+    mod.run(C=f32(3, 3, 3, 3), D=f32(4, 4, 4, 4))
+    a[:] = 100  # the caller's array is not what the graph reads
+    mod.run()
+    np.testing.assert_array_equal(mod.get_output(0), f32(4, 4, 4, 4))
+    np.testing.assert_array_equal(mod.get_input("A"), f32(1, 1, 1, 1))
+    assert not np.shares_memory(mod.get_input("A"), a)
+
+
 def test_run_with_inputs_and_inputs_persist(mod: graphrt.GraphModule) -> None:
     values = random_inputs(mod)
     mod.run(**values)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..devices import (
+    CPU,
     Array,
     Backend,
     Device,
@@ -130,6 +131,7 @@ class RunContext:
             p: self._param_binding(param.array, param.device) for p, param in params.items()}
         self._bound_outputs: dict[int, _Binding] = {}
         self._slot_shapes = [graph.entries[eid].shape for eid in compiled.input_eids]
+        self._host_slots = {} if self._dynamic is not None else _host_slots(compiled)
         self._head_nids = tuple(graph.entries[eid].nid for eid in graph.heads)
         views: list[Array] = [None] * len(graph.entries)
         self._copy_outs: dict[int, tuple[tuple[Step, int], ...]] = {}
@@ -557,6 +559,8 @@ class RunContext:
         self._set_inputs(pending)
 
     def _set_inputs(self, values: Mapping[Any, Any]) -> None:
+        if self._copy_host_inputs(values):
+            return
         positions = [self._input_position(key) for key in values]
         transfers = [self._transfer_in(position, value)
                      for position, value in zip(positions, values.values(), strict=True)]
@@ -569,6 +573,26 @@ class RunContext:
             if self._dynamic is not None:
                 self._slot_shapes[position] = tuple(dst.shape)
                 self._dynamic.set_input_shape(position, input_eids[position], tuple(dst.shape))
+
+    def _copy_host_inputs(self, values: Mapping[Any, Any]) -> bool:
+        """The common case of :meth:`_set_inputs` at a few bytecodes per input: every value a
+        numpy array of its static host input's exact shape and dtype, keyed by name or
+        position, and none of those inputs bound. Copies them and returns True, or returns
+        False having done nothing (the general path then checks, copies or refuses)."""
+        slots = self._host_slots
+        bound = self._bound_inputs
+        found: list[tuple[_HostSlot, np.ndarray[Any, Any]]] = []
+        for key, value in values.items():
+            slot = slots.get(key) if type(key) is str or type(key) is int else None
+            if (slot is None or type(value) is not np.ndarray or value.shape != slot[2]
+                    or value.dtype != slot[3] or slot[0] in bound):
+                return False
+            found.append((slot, value))
+        views = self._table.views
+        for (position, eid, _, _), value in found:
+            np.copyto(views[eid], value, casting="no")
+            self._unset.discard(position)
+        return True
 
     def set_input_zero_copy(self, key: int | str, value: Any) -> None:
         """Bind caller memory as an input: the graph reads ``value`` itself, with no copy.
@@ -918,6 +942,23 @@ class RunContext:
         view, dev = self._table.views[eid], self.plan.entry_device[eid]
         buffer = allocate(dev, view.nbytes, f"a fresh output ({self.graph.entry_label(eid)})")
         return backend_for(dev).view(buffer, tuple(view.shape), view.dtype)
+
+
+_HostSlot = tuple[int, int, tuple[int, ...], "np.dtype[Any]"]
+"""A host input's position, entry, shape and dtype."""
+
+
+def _host_slots(compiled: CompiledGraph) -> dict[str | int, _HostSlot]:
+    """Each host input of a graph with static shapes, by name and by position, for
+    :meth:`RunContext._copy_host_inputs`."""
+    graph = compiled.graph
+    slots: dict[str | int, _HostSlot] = {}
+    for position, eid in enumerate(compiled.input_eids):
+        if compiled.plan.entry_device[eid].type_code == CPU:
+            entry = graph.entries[eid]
+            slot = (position, eid, tuple(entry.shape), np.dtype(entry.dtype.numpy))
+            slots[position] = slots[graph.input_names[position]] = slot
+    return slots
 
 
 def _locate(value: Any, what: str) -> tuple[Device, Array]:
