@@ -172,6 +172,26 @@ def test_frozen_arrays_and_their_views_derive_once_others_every_call() -> None:
     assert not is_frozen(copy)  # read-only is not enough: the memory must be frozen
 
 
+def test_a_view_found_by_identity_leaves_no_entry_behind() -> None:
+    """derived() finds a view it saw before by identity; the entry must go with the view, or
+    kernels that make a fresh view per call would grow the cache without end."""
+    from graphrt.lib import frozen
+
+    weight = np.ones((4, 4))
+    freeze(weight)
+    values = frozen._values(weight)
+    assert values is not None
+    view = weight.reshape(16)
+    first = derived(view, "k", lambda: [1])
+    assert derived(view, "k", lambda: [2]) is first  # by identity
+    assert (id(view), "k") in values
+    ident = id(view)
+    del view
+    gc.collect()
+    assert (ident, "k") not in values
+    assert derived(weight.reshape(16), "k", lambda: [3]) is first  # the same memory: by value
+
+
 def test_a_frozen_array_is_forgotten_when_collected() -> None:
     from graphrt.lib import frozen
 
@@ -193,6 +213,31 @@ def _conv_module(device: Any = None) -> tuple[Any, Any]:
         {"op": "conv2d", "inputs": ["x", "w", "b"], "outputs": ["y"],
          "attrs": {"padding": [1, 1, 1, 1]}}]})
     return graphrt.create(g.build(heads=[y]), lib, device or graphrt.cpu(0)), lib
+
+
+def test_a_lone_convolution_is_planned_at_create_not_per_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conv2d with no epilogue after it binds its plan once, as one with an epilogue does:
+    runs never look the plan up again."""
+    if host_jit.direct_conv() is None:
+        pytest.skip("numba is not installed")
+    from graphrt.lib.ops import convolution
+
+    mod, _ = _conv_module()
+    x, w, b = (RNG.standard_normal(s).astype(np.float32)
+               for s in ((2, 16, 20, 20), (40, 16, 3, 3), (40,)))
+    mod.run(x=x, w=w, b=b)
+    want = mod.get_output(0).copy()
+
+    def planned_again(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("conv_plan called during a run")
+
+    monkeypatch.setattr(convolution, "conv_plan", planned_again)
+    monkeypatch.setattr(convolution, "run_conv", planned_again)
+    mod.run(x=x, w=w, b=b)
+    np.testing.assert_array_equal(mod.get_output(0), want)
+    np.testing.assert_allclose(want, reference(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_loaded_weights_are_packed_once_and_again_after_a_new_load(

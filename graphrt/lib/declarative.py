@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import GraphFormatError, describe
 from ..jsondoc import describe_validation_error, read_json
 from .cpu_fusion import fused_runs
-from .epilogues import epilogue_runs
+from .epilogues import EpilogueRun, epilogue_runs
 from .fusion import compile_run, elementwise_runs, kernel_source
 from .lowering import LoweredCall, Lowering
 from .ops import OpDef, OpError, TensorType, get_op
@@ -302,12 +302,18 @@ class FusedFunction:
                    workspaces: list[dict[Name, TensorType]], xp: Any
                    ) -> list[tuple[int, int, Call]]:
         """Steps that run as one op with its epilogue (:mod:`graphrt.lib.epilogues`): per
-        run, its first and last step and the call replacing them."""
+        run, its first and last step and the call replacing them. An op that can take one
+        but has none after it runs through the same factory with an empty epilogue, which
+        prepares its call at these types once, here, instead of on every call."""
         steps = self.steps
+        runs = epilogue_runs([(s.op.name, s.inputs, s.outputs) for s in steps],
+                             set(self.spec.outputs), types,
+                             lambda k: steps[k].op.epilogue is not None)
+        taken = {k for run in runs for k in range(run.first, run.last + 1)}
+        runs += [EpilogueRun(k, k, None, False, step.outputs[0]) for k, step in enumerate(steps)
+                 if step.op.epilogue is not None and len(step.outputs) == 1 and k not in taken]
         found = []
-        for run in epilogue_runs([(s.op.name, s.inputs, s.outputs) for s in steps],
-                                 set(self.spec.outputs), types,
-                                 lambda k: steps[k].op.epilogue is not None):
+        for run in runs:
             step = steps[run.first]
             factory = step.op.epilogue
             assert factory is not None

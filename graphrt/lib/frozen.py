@@ -80,9 +80,16 @@ def derived(array: Any, key: Hashable, make: Callable[[], Any]) -> Any:
     values = _values(array)
     if values is None:
         return make()
+    # Kernels are handed the same view object on every run: found by identity first, through
+    # an entry that leaves with the view (a weak reference; the id is never a stale one).
+    seen = values.get((id(array), key))
+    if seen is not None and seen[0]() is array:
+        return seen[1]
     view = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str,
             key)
     value = values.get(view)
     if value is None:
         value = values[view] = make()  # forgotten with the memory's owner
+    ident = (id(array), key)
+    values[ident] = (weakref.ref(array, lambda _: values.pop(ident, None)), value)
     return value

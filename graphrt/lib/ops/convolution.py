@@ -23,7 +23,7 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from math import prod
 from typing import Annotated, Any
 
@@ -304,6 +304,11 @@ class ConvPlan:
     borders: tuple[tuple[Index, ...], ...] = ()
     direct: DirectPlan | PointwisePlan | None = None
 
+    @cached_property
+    def shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes of :meth:`workspace`."""
+        return tuple(t.shape for t in self.workspace())
+
     def workspace(self) -> list[TensorType]:
         """The workspace arrays ``cols, result, temp``, in the order the kernel takes them
         after its output; one not needed at these shapes is empty, so that a node whose
@@ -447,12 +452,12 @@ def _run_plan(xp: Any, kernels: Any, plan: ConvPlan, inputs: Sequence[Any],
     """:func:`run_conv` once its plan is known (``kernels``: the compiled direct kernels,
     where the plan is direct), into a C-contiguous output."""
     x, weight, out = inputs[0], inputs[1], outputs[0]
-    planned = plan.workspace()
-    spaces = list(outputs[1:])
-    if not spaces or any(space.shape != t.shape for space, t in zip(spaces, planned,
-                                                                    strict=False)):
+    spaces = outputs[1:]
+    if not spaces or (len(spaces) == 3 and (spaces[0].shape, spaces[1].shape,
+                                            spaces[2].shape) != plan.shapes):
         # none given, or planned for the other algorithm (GRAPHRT_JIT changed since create())
-        spaces = [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype)) for t in planned]
+        spaces = [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype))
+                  for t in plan.workspace()]
     if len(spaces) != 3:
         raise OpError(f"conv: expected 3 workspace arrays, given {len(spaces)}")
     buffers = [None if shape is None else space

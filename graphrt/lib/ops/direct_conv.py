@@ -50,7 +50,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["CHANNELS", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "conv_jobs", "pack_weights",
-           "pointwise_jobs", "ring"]
+           "pad", "pointwise_jobs", "ring"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""
@@ -344,6 +344,26 @@ def _finish(counters: np.ndarray, total: int, bell: np.ndarray, caller: bool, ca
 
 
 _FLOATS, _FLOATS_IN = _flat(types.float32), _flat(types.float32, True)
+
+
+@numba.njit(types.void(_FLOATS_IN, _FLOATS, types.int64, types.int64, types.int64, types.int64,
+                       types.int64, types.int64, types.int64), cache=True, nogil=True)
+def pad(x: np.ndarray, padded: np.ndarray, planes: int, h: int, w: int, hp: int, wp: int,
+        top: int, left: int) -> None:
+    """``x`` ``[planes, h, w]`` into ``padded`` ``[planes, hp, wp]`` from row ``top`` and
+    column ``left``, zeros around it (data past ``hp`` or ``wp`` left out): every element of
+    ``padded`` written once, in one call (numpy takes one call per border region)."""
+    rows, cols = min(h, hp - top), min(w, wp - left)
+    for plane in range(planes):
+        src, dst = plane * h * w, plane * hp * wp
+        for i in range(hp):
+            row, r = dst + i * wp, i - top
+            if r < 0 or r >= rows:
+                padded[row:row + wp] = 0
+                continue
+            padded[row:row + left] = 0
+            padded[row + left:row + left + cols] = x[src + r * w:src + r * w + cols]
+            padded[row + left + cols:row + wp] = 0
 _JOBS = (_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64, types.int64)
 """The arguments every job function ends with: counters, grain, bell, caller, call,
 spins."""

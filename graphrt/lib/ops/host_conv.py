@@ -49,7 +49,6 @@ _MIN_WORK = 50_000
 """Tile-taps (about 7 cycles each) below which a convolution runs on the calling thread
 alone: bringing in the helpers costs tens of microseconds."""
 
-Index = tuple[slice, ...]
 Jobs = Callable[..., bool]
 """A job function of :mod:`graphrt.lib.ops.direct_conv` (:func:`conv_jobs`,
 :func:`pointwise_jobs`): its arguments, then counters, grain, bell, caller, call, spins."""
@@ -73,9 +72,7 @@ class DirectPlan:
         parallel: worth running on every core.
         padded_shape: the padded data ``[N, C, Hp, Wp]`` (the data's own shape when read in
             place).
-        copy: the padded buffer's region that holds data, and the data's region it holds
-            (``[N, C, Hp, Wp]`` and ``[N, C, H, W]``).
-        zeros: the padded buffer's regions that hold padding.
+        begin: the rows and columns of padding before the data (top, left).
         pixels: per output pixel (padded to whole tiles), its window's offset in an image.
         taps: per input channel and kernel offset, its offset from a window's corner.
     """
@@ -88,8 +85,7 @@ class DirectPlan:
     strip: int
     parallel: bool
     padded_shape: tuple[int, ...]
-    copy: tuple[Index, Index]
-    zeros: tuple[Index, ...]
+    begin: tuple[int, int]
     pixels: np.ndarray[Any, Any] = field(compare=False, repr=False)
     taps: np.ndarray[Any, Any] = field(compare=False, repr=False)
 
@@ -114,22 +110,13 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     taps = np.array([ci * hp * wp + i * dh * wp + j * dw
                      for ci, i, j in itertools.product(range(c), range(kh), range(kw))],
                     np.int64)
-    data_rows, data_cols = slice(top, min(hp, top + h)), slice(left, min(wp, left + width))
-    every = slice(None)
-    copy = ((every, every, data_rows, data_cols),
-            (every, every, slice(0, data_rows.stop - top), slice(0, data_cols.stop - left)))
-    zeros = tuple(region for region in (
-        (every, every, slice(0, top)), (every, every, slice(data_rows.stop, hp)),
-        (every, every, data_rows, slice(0, left)),
-        (every, every, data_rows, slice(data_cols.stop, wp)))
-        if all(s.stop > s.start for s in region[2:]))
     pixels.flags.writeable = False
     jobs = n * -(-o // _CHANNELS) * tiles
     band = max(1, (_STRIP_BYTES // (4 * c * wp) - (kh - 1) * dh) // sh)  # output rows
     strip = min(tiles, max(1, band * ow // _PIXELS))
     return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
-                      (n, c, hp, wp), copy, zeros, pixels, taps.astype(np.int32))
+                      (n, c, hp, wp), (top, left), pixels, taps.astype(np.int32))
 
 
 _STRIP_BYTES = 1 << 17
@@ -298,11 +285,10 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     if buffer is None:
         data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     else:
-        padded = np.asarray(buffer).reshape(plan.padded_shape)
-        for region in plan.zeros:
-            padded[region] = 0
-        padded[plan.copy[0]] = np.asarray(x)[plan.copy[1]]
-        data = padded.reshape(-1)
+        data = np.asarray(buffer).reshape(-1)
+        n, c, h, w = x.shape
+        kernels.pad(np.ascontiguousarray(x).reshape(-1), data, n * c, h, w,
+                    *plan.padded_shape[2:], *plan.begin)
     packed, summed = _prepared(kernels, weight, bias, _CHANNELS)
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # tiles claimed, tiles done
