@@ -39,6 +39,7 @@ GEOMETRIES = [
     ((1, 6, 7, 7), (24, 6, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),  # strided 1x1, in place
     ((1, 8, 6, 6), (16, 8, 1, 1), (1, 1), (0, 0, 1, 1), (1, 1)),  # 1x1 with end padding
     ((2, 3, 12, 12), (16, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),  # windows cut before end
+    ((1, 2, 4, 1), (16, 2, 1, 1), (1, 3), (0, 2, 0, 0), (1, 1)),  # only padding: left > row
     # pointwise (1x1, no padding): 6 channels x 16 pixels a tile
     ((2, 7, 5, 7), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # channel and pixel tails
     ((1, 40, 8, 8), (12, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # whole tiles only

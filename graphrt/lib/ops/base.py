@@ -98,8 +98,9 @@ EpilogueFactory = Callable[[Any, Any, Sequence[TensorType], bool, bool],
                            Callable[..., None] | None]
 """``factory(xp, attrs, input_types, residual, relu)``: the op followed by ``+ residual``
 (an array of the output's type) and/or relu, as one kernel
-``kernel(*inputs, residual?, out, *workspace)`` that applies them as it stores its results;
-None where the op cannot at these types (the steps then run one by one)."""
+``kernel(*inputs, residual?, out, *workspace)`` that applies them as it stores its results,
+with whatever it can decide from the types (a plan) decided here, once; with neither, the op
+alone so prepared. None where the op cannot at these types (the steps then run one by one)."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ class OpDef:
         workspace: the op's scratch arrays (see :data:`Workspace`), or None for none.
         epilogue: where the op can add a residual and apply relu as it stores its output
             (see :data:`EpilogueFactory`), the factory of that fused kernel; a declarative
-            function fuses ``op -> add -> relu`` (or ``op -> add``, ``op -> relu``) into it.
+            function fuses ``op -> add -> relu`` (or ``op -> add``, ``op -> relu``) into it,
+            and on cpu runs the op alone through it too (its call prepared at ``create()``).
     """
 
     name: str

@@ -344,6 +344,9 @@ def _finish(counters: np.ndarray, total: int, bell: np.ndarray, caller: bool, ca
 
 
 _FLOATS, _FLOATS_IN = _flat(types.float32), _flat(types.float32, True)
+_JOBS = (_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64, types.int64)
+"""The arguments every job function ends with: counters, grain, bell, caller, call,
+spins."""
 
 
 @numba.njit(types.void(_FLOATS_IN, _FLOATS, types.int64, types.int64, types.int64, types.int64,
@@ -353,7 +356,8 @@ def pad(x: np.ndarray, padded: np.ndarray, planes: int, h: int, w: int, hp: int,
     """``x`` ``[planes, h, w]`` into ``padded`` ``[planes, hp, wp]`` from row ``top`` and
     column ``left``, zeros around it (data past ``hp`` or ``wp`` left out): every element of
     ``padded`` written once, in one call (numpy takes one call per border region)."""
-    rows, cols = min(h, hp - top), min(w, wp - left)
+    lead = min(left, wp)  # a pad wider than the row leaves nothing of the data in it
+    rows, cols = max(0, min(h, hp - top)), max(0, min(w, wp - lead))
     for plane in range(planes):
         src, dst = plane * h * w, plane * hp * wp
         for i in range(hp):
@@ -361,12 +365,9 @@ def pad(x: np.ndarray, padded: np.ndarray, planes: int, h: int, w: int, hp: int,
             if r < 0 or r >= rows:
                 padded[row:row + wp] = 0
                 continue
-            padded[row:row + left] = 0
-            padded[row + left:row + left + cols] = x[src + r * w:src + r * w + cols]
-            padded[row + left + cols:row + wp] = 0
-_JOBS = (_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64, types.int64)
-"""The arguments every job function ends with: counters, grain, bell, caller, call,
-spins."""
+            padded[row:row + lead] = 0
+            padded[row + lead:row + lead + cols] = x[src + r * w:src + r * w + cols]
+            padded[row + lead + cols:row + wp] = 0
 
 
 @numba.njit(cache=True, nogil=True)
