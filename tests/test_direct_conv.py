@@ -84,14 +84,20 @@ def test_matches_the_float64_reference_and_the_gemm_path(
 def test_strips_of_tiles_cover_the_output_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from graphrt.lib.ops import host_conv
 
+    x = RNG.standard_normal((2, 3, 10, 10)).astype(np.float32)
+    w = RNG.standard_normal((20, 3, 3, 3)).astype(np.float32)
+    tiles = -(-100 // 6)
+    # A small image is one strip; a large one (here: 12 padded columns) is cut into strips.
+    assert host_conv.direct_plan(x.shape, w.shape, (2, 20, 10, 10), (1, 1), (1, 1),
+                                 (1, 1)).strip == tiles
+    assert host_conv.direct_plan((1, 64, 100, 10), (20, 64, 3, 3), (1, 20, 100, 10), (1, 1),
+                                 (1, 1), (1, 1)).strip < -(-1000 // 6)
     monkeypatch.setattr(host_conv, "_STRIP_BYTES", 4 * 3 * 12 * 5)  # 3 output rows a strip
+    monkeypatch.setattr(host_conv, "_WHOLE_BYTES", 0)
     host_conv.direct_plan.cache_clear()
     conv_plan.cache_clear()
     try:
-        x = RNG.standard_normal((2, 3, 10, 10)).astype(np.float32)
-        w = RNG.standard_normal((20, 3, 3, 3)).astype(np.float32)
         plan = host_conv.direct_plan(x.shape, w.shape, (2, 20, 10, 10), (1, 1), (1, 1), (1, 1))
-        tiles = -(-plan.length // 6)
         assert 1 < plan.strip < tiles and tiles % plan.strip  # several, the last one shorter
         got = _run(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1))
     finally:
@@ -99,6 +105,34 @@ def test_strips_of_tiles_cover_the_output_once(monkeypatch: pytest.MonkeyPatch) 
         conv_plan.cache_clear()
     np.testing.assert_allclose(got, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("helper_first", [True, False])
+def test_the_padded_copy_and_the_tiles_are_shared_whichever_thread_comes_first(
+        helper_first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphrt.lib.ops import host_conv
+
+    calls: list[tuple[bool, bool]] = []
+
+    def in_turn(jobs: Any, parallel: bool, args: tuple[Any, ...]) -> None:
+        """A helper that joins before the caller (and does everything) or after it (and
+        finds nothing left)."""
+        bell = np.zeros(1, np.int64)
+        turns = [(False, 1), (True, 0)] if helper_first else [(True, 0), (False, 1)]
+        for caller, call in turns:
+            calls.append((caller, jobs(*args, bell, caller, call, 0)))
+
+    x = RNG.standard_normal((2, 40, 9, 9)).astype(np.float32)  # 80 planes: 2 copy jobs
+    w = RNG.standard_normal((20, 40, 3, 3)).astype(np.float32)
+    plan = host_conv.direct_plan(x.shape, w.shape, (2, 20, 9, 9), (1, 1), (1, 1), (1, 1))
+    assert plan.padding[0] == 80 and plan.padding[7] < 80
+    want = _run(x, w, None, (1, 1), (1,) * 4, (1, 1))  # the tiles' sums do not depend on who
+    np.testing.assert_allclose(want, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
+                               rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(host_conv, "run_jobs", in_turn)
+    np.testing.assert_array_equal(_run(x, w, None, (1, 1), (1,) * 4, (1, 1)), want)
+    # The caller returns once all is done; a helper given no spins reports no next call.
+    assert sorted(calls) == [(False, False), (True, True)]
 
 
 def test_strided_data_and_a_strided_output_give_the_same_bits() -> None:
@@ -294,14 +328,17 @@ def test_concurrent_runs_from_threads_give_each_its_own_result() -> None:
     b = RNG.standard_normal(40).astype(np.float32)
     mod.load_params({"w": w, "b": b})
     inputs = [RNG.standard_normal((2, 16, 20, 20)).astype(np.float32) for _ in range(4)]
-    want = [reference(x, w, b, (1, 1), (1,) * 4, (1, 1), 1) for x in inputs]
+    want = [mod(x=x)[0].copy() for x in inputs]  # one at a time
+    for x, one in zip(inputs, want, strict=True):
+        np.testing.assert_allclose(one, reference(x, w, b, (1, 1), (1,) * 4, (1, 1), 1),
+                                   rtol=1e-4, atol=1e-4)
     errors: list[BaseException] = []
 
     def worker(k: int) -> None:
         try:
             for _ in range(20):
                 (got,) = mod(x=inputs[k])
-                np.testing.assert_allclose(got, want[k], rtol=1e-5, atol=1e-5)
+                np.testing.assert_array_equal(got, want[k])  # the same bits as alone
         except BaseException as err:  # reported below
             errors.append(err)
 

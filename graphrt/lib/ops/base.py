@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ...errors import describe
 from .blas_threads import blas_held
-from .host_conv import quiet_helpers
+from .host_crew import quiet_helpers
 
 __all__ = [
     "OPS",

@@ -14,7 +14,7 @@ vectors of the data and a broadcast weight per input channel. Both apply the epi
 (:data:`RESIDUAL`: add a residual shaped as the output; :data:`RELU`) to the accumulators
 before they store them.
 
-Shapes: the input ``x`` is the padded data ``[N, C, Hp, Wp]`` flattened (or the data itself
+Shapes: the kernel reads the padded data ``[N, C, Hp, Wp]`` flattened (or the data itself
 where no padding is needed); ``pixels[q]`` is the offset in one padded image of output pixel
 ``q``'s window corner (padded to whole tiles); ``taps[t]`` the offset of tap ``t`` (channel,
 kernel row, kernel column) from it; ``weights`` ``[ceil(O/16), T, 16]`` the weight packed 16
@@ -29,9 +29,10 @@ Example:
     >>> pixels = np.array([0, 1, 3, 4, 4, 4], np.int64)  # the 2x2 output, then padding
     >>> taps = np.array([0, 1, 3, 4], np.int32)
     >>> out = np.empty(4, np.float32)
-    >>> counters, bell = np.zeros(2, np.int64), np.zeros(1, np.int64)
-    >>> conv_jobs(x, 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0, 1, counters, 1, bell,
-    ...           True, 0, 0)
+    >>> in_place = np.zeros(PADDING, np.int64)        # no padding: read x itself
+    >>> counters, bell = np.zeros(4, np.int64), np.zeros(1, np.int64)
+    >>> conv_jobs(x, in_place, out[:0], 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0, 1,
+    ...           counters, 1, bell, True, 0, 0)
     True
     >>> out.tolist()
     [8.0, 12.0, 20.0, 24.0]
@@ -49,8 +50,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["CHANNELS", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "conv_jobs", "pack_weights",
-           "pad", "pointwise_jobs", "ring"]
+from .job_protocol import COUNTERS, JOBS, claim, done, fetch_add, finish, flat, ring, wait
+
+__all__ = ["CHANNELS", "PADDING", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "conv_jobs",
+           "pack_weights", "pointwise_jobs"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""
@@ -289,85 +292,62 @@ def _panel(typingctx: Any, weights: Any, w0: Any, depth: Any, x: Any, x0: Any, x
     return sig, codegen
 
 
-@intrinsic
-def _fetch_add(typingctx: Any, counters: Any, index: Any, amount: Any) -> Any:
-    """``counters[index] += amount`` as one atomic step; returns the value before."""
-    sig = types.int64(counters, index, amount)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        return builder.atomic_rmw("add", builder.gep(data, [args[1]]), args[2], "seq_cst")
-
-    return sig, codegen
+_FLOATS, _FLOATS_IN = flat(types.float32), flat(types.float32, True)
+_I64_IN = flat(types.int64, True)
 
 
-@intrinsic
-def _read(typingctx: Any, counters: Any, index: Any) -> Any:
-    """``counters[index]`` as written by another thread (an atomic load, never hoisted out of
-    a loop)."""
-    sig = types.int64(counters, index)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        return builder.load_atomic(builder.gep(data, [args[1]]), "acquire", 8)
-
-    return sig, codegen
+PADDING = 8
+"""Entries of a convolution's padding geometry (:func:`conv_jobs`' ``padding``): planes,
+h, w, hp, wp, top, left, planes per job (``planes`` 0: the data is read in place)."""
 
 
-_COUNTERS = types.Array(types.int64, 1, "C")
-
-
-@numba.njit(types.int64(_COUNTERS), cache=True, nogil=True)
-def ring(bell: np.ndarray) -> int:
-    """Ring ``bell`` with no call queued: helpers busy-waiting on it stop and block."""
-    return _fetch_add(bell, 0, 1)  # type: ignore[call-arg]  # (typingctx)
-
-
-def _flat(dtype: types.Type, readonly: bool = False) -> types.Array:
-    return types.Array(dtype, 1, "C", readonly=readonly)
-
-
-@numba.njit(types.boolean(_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64,
-                          types.int64), cache=True, nogil=True)
-def _finish(counters: np.ndarray, total: int, bell: np.ndarray, caller: bool, call: int,
-            spins: int) -> bool:
-    """The end of a thread's part of a call (see :func:`conv_jobs`): the caller waits for
-    every job to be done; a helper busy-waits for the next call's ring."""
-    if caller:
-        while _read(counters, 1) < total:  # type: ignore[call-arg]  # (typingctx)
-            pass  # a helper finishes its last jobs
-        return True
-    for _ in range(spins):  # noqa: SIM110 (numba compiles no any() over a generator)
-        if _read(bell, 0) > call:  # type: ignore[call-arg]
-            return True
-    return False
-
-
-_FLOATS, _FLOATS_IN = _flat(types.float32), _flat(types.float32, True)
-_JOBS = (_COUNTERS, types.int64, _COUNTERS, types.boolean, types.int64, types.int64)
-"""The arguments every job function ends with: counters, grain, bell, caller, call,
-spins."""
-
-
-@numba.njit(types.void(_FLOATS_IN, _FLOATS, types.int64, types.int64, types.int64, types.int64,
-                       types.int64, types.int64, types.int64), cache=True, nogil=True)
-def pad(x: np.ndarray, padded: np.ndarray, planes: int, h: int, w: int, hp: int, wp: int,
-        top: int, left: int) -> None:
-    """``x`` ``[planes, h, w]`` into ``padded`` ``[planes, hp, wp]`` from row ``top`` and
-    column ``left``, zeros around it (data past ``hp`` or ``wp`` left out): every element of
-    ``padded`` written once, in one call (numpy takes one call per border region)."""
+@numba.njit(types.void(_FLOATS_IN, _FLOATS, _I64_IN, types.int64, types.int64), cache=True,
+            nogil=True)
+def _pad(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, first: int, last: int
+         ) -> None:
+    """Planes ``first .. last - 1`` of ``x`` ``[planes, h, w]`` into ``padded``
+    ``[planes, hp, wp]`` from row ``top`` and column ``left`` (``padding``: see
+    :data:`PADDING`), zeros around them (data past ``hp`` or ``wp`` left out): every element
+    written once, by loops that vectorize."""
+    h, w, hp, wp, top, left = padding[1], padding[2], padding[3], padding[4], padding[5], \
+        padding[6]
     lead = min(left, wp)  # a pad wider than the row leaves nothing of the data in it
     rows, cols = max(0, min(h, hp - top)), max(0, min(w, wp - lead))
-    for plane in range(planes):
-        src, dst = plane * h * w, plane * hp * wp
+    for plane in range(first, last):
+        src = x[plane * h * w:(plane + 1) * h * w]
+        dst = padded[plane * hp * wp:(plane + 1) * hp * wp]
         for i in range(hp):
-            row, r = dst + i * wp, i - top
+            line = dst[i * wp:(i + 1) * wp]
+            r = i - top
             if r < 0 or r >= rows:
-                padded[row:row + wp] = 0
+                for j in range(wp):
+                    line[j] = 0.0
                 continue
-            padded[row:row + lead] = 0
-            padded[row + lead:row + lead + cols] = x[src + r * w:src + r * w + cols]
-            padded[row + lead + cols:row + wp] = 0
+            for j in range(lead):
+                line[j] = 0.0
+            body, data = line[lead:lead + cols], src[r * w:r * w + cols]
+            for j in range(cols):
+                body[j] = data[j]
+            rest = line[lead + cols:]
+            for j in range(wp - lead - cols):
+                rest[j] = 0.0
+
+
+@numba.njit(types.void(_FLOATS_IN, _FLOATS, _I64_IN, COUNTERS), cache=True, nogil=True)
+def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters: np.ndarray
+               ) -> None:
+    """This thread's share of the padded copy of a call (jobs of ``padding[7]`` planes,
+    claimed from ``counters[2]``, counted done in ``counters[3]``); returns once every plane
+    is copied, by any thread."""
+    planes, chunk = padding[0], padding[7]
+    jobs = (planes + chunk - 1) // chunk
+    while True:
+        job: int = fetch_add(counters, 2, 1)  # type: ignore[call-arg]  # (typingctx)
+        if job >= jobs:
+            break
+        _pad(x, padded, padding, job * chunk, min(planes, (job + 1) * chunk))
+        fetch_add(counters, 3, 1)
+    wait(counters, 3, jobs)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -380,40 +360,42 @@ def _epilogue(value: float, residual: np.ndarray, at: int, flags: int) -> float:
     return value
 
 
-@numba.njit(types.boolean(_FLOATS_IN, types.int64, _flat(types.int64, True), types.int64,
-                          _flat(types.int32, True), _FLOATS_IN, _FLOATS_IN, _FLOATS, types.int64,
-                          _FLOATS_IN, types.int64, types.int64, *_JOBS), cache=True, nogil=True)
-def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: np.ndarray,
-              weights: np.ndarray, bias: np.ndarray, out: np.ndarray, channels: int,
-              residual: np.ndarray, flags: int, strip: int, counters: np.ndarray, grain: int,
-              bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
-    """Run tiles of the convolution until none is left, on the calling thread (``caller``)
-    or on a helper thread joining it.
+@numba.njit(types.boolean(_FLOATS_IN, _I64_IN, _FLOATS, types.int64, _I64_IN, types.int64,
+                          flat(types.int32, True), _FLOATS_IN, _FLOATS_IN, _FLOATS, types.int64,
+                          _FLOATS_IN, types.int64, types.int64, *JOBS), cache=True, nogil=True)
+def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: int,
+              pixels: np.ndarray, length: int, taps: np.ndarray, weights: np.ndarray,
+              bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
+              flags: int, strip: int, counters: np.ndarray, grain: int, bell: np.ndarray,
+              caller: bool, call: int, spins: int) -> bool:
+    """A job function (:mod:`~graphrt.lib.ops.job_protocol`; ``counters`` has 4 entries):
+    the convolution of ``data``, on the calling thread (``caller``) or on a helper thread
+    joining it.
 
-    Tiles are numbered image-major, then by strip of ``strip`` tiles along the output (whose
-    data stays in cache over every block), then by block of 16 output channels, then along
-    the strip (so one block's packed weights stay in cache over its tiles), and claimed
-    ``grain`` at a time from ``counters[0]`` (every thread of one call shares ``counters``,
-    zeroed before), so a helper that starts late finds less or nothing left;
-    ``counters[1]`` counts the tiles done. The caller first rings ``bell`` (adds 1: this is
-    call number ``bell[0]``, whose helpers are waiting), and returns once every tile is
-    done, by any thread. A helper of call number ``call``, when out of tiles, busy-waits up
-    to ``spins`` looks for the next call's ring and returns whether it came. ``image``:
-    elements per padded image of ``x``; ``length``: output pixels per image; ``channels``:
-    output channels; ``flags``: the epilogue (:data:`RESIDUAL`: add ``residual``, shaped as
-    the output; :data:`RELU`)."""
+    First, where ``padding[0]`` (see :data:`PADDING`), the threads copy ``data`` into
+    ``padded`` with its zero border, a few planes at a time (``counters[2]`` and ``[3]``),
+    and each waits until the copy is whole; the tiles then read ``padded``, else ``data``
+    itself. Tiles are numbered image-major, then by strip of ``strip`` tiles along the output
+    (whose data stays in cache over every block), then by block of 16 output channels, then
+    along the strip (so one block's packed weights stay in cache over its tiles), and
+    claimed ``grain`` at a time (``counters[0]`` and ``[1]``). ``image``: elements per
+    padded image; ``length``: output pixels per image; ``channels``: output channels;
+    ``flags``: the epilogue (:data:`RESIDUAL`: add ``residual``, shaped as the output;
+    :data:`RELU`)."""
     if caller:
-        _fetch_add(bell, 0, 1)  # type: ignore[call-arg]  # (typingctx: numba's)
+        ring(bell)
+    if padding[0]:
+        _pad_phase(data, padded, padding, counters)
+    x = padded if padding[0] else data
     n_taps = taps.shape[0]
     blocks = (channels + CHANNELS - 1) // CHANNELS
     tiles = (length + PIXELS - 1) // PIXELS
     total = (out.shape[0] // (channels * length)) * blocks * tiles
     scratch = np.empty(CHANNELS * PIXELS, np.float32)
     while True:
-        first: int = _fetch_add(counters, 0, grain)  # type: ignore[call-arg]  # (typingctx)
-        if first >= total:
+        first, last = claim(counters, grain, total)
+        if first >= last:
             break
-        last = min(first + grain, total)
         for job in range(first, last):
             img, rest = divmod(job, tiles * blocks)
             band, rest = divmod(rest, strip * blocks)
@@ -425,18 +407,19 @@ def conv_jobs(x: np.ndarray, image: int, pixels: np.ndarray, length: int, taps: 
             o0 = (img * channels + block * CHANNELS) * length + q0
             full = count == PIXELS and kept == CHANNELS
             _tile(weights, block * n_taps * CHANNELS, x, img * image, pixels, q0, taps, bias,
-                  block * CHANNELS, out, o0, length, scratch, full, residual, flags)
+                  block * CHANNELS, out, o0, length, scratch, full, residual,
+                  flags)  # type: ignore[call-arg]  # (typingctx)
             if not full:
                 for p in range(count):
                     for c in range(kept):
                         at = o0 + c * length + p
                         out[at] = _epilogue(scratch[p * CHANNELS + c], residual, at, flags)
-        _fetch_add(counters, 1, last - first)
-    return _finish(counters, total, bell, caller, call, spins)
+        done(counters, last - first)
+    return finish(counters, total, bell, caller, call, spins)
 
 
 @numba.njit(types.boolean(_FLOATS_IN, types.int64, types.int64, _FLOATS_IN, _FLOATS_IN,
-                          _FLOATS, types.int64, _FLOATS_IN, types.int64, types.int64, *_JOBS),
+                          _FLOATS, types.int64, _FLOATS_IN, types.int64, types.int64, *JOBS),
             cache=True, nogil=True)
 def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                    bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
@@ -450,7 +433,7 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
     are). A stretch short of 16 pixels (the end of an image) is first copied into a zeroed
     panel; a tile short of pixels or channels is stored through a scratch tile."""
     if caller:
-        _fetch_add(bell, 0, 1)  # type: ignore[call-arg]  # (typingctx: numba's)
+        ring(bell)
     blocks = (channels + ROWS - 1) // ROWS
     chunks = (blocks + chunk - 1) // chunk
     tiles = (length + SPAN - 1) // SPAN
@@ -459,10 +442,9 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
     scratch = np.empty(ROWS * SPAN, np.float32)
     nothing = scratch[:0]
     while True:
-        first: int = _fetch_add(counters, 0, grain)  # type: ignore[call-arg]  # (typingctx)
-        if first >= total:
+        first, last = claim(counters, grain, total)
+        if first >= last:
             break
-        last = min(first + grain, total)
         for job in range(first, last):
             tile = job % tiles
             k = (job // tiles) % chunks
@@ -480,17 +462,17 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                 w0 = block * depth * ROWS
                 if count == SPAN and rows == ROWS:
                     _panel(weights, w0, depth, x, x0, length, bias, block * ROWS, out, o0,
-                           length, residual, flags)
+                           length, residual, flags)  # type: ignore[call-arg]  # (typingctx)
                     continue
                 if count == SPAN:
                     _panel(weights, w0, depth, x, x0, length, bias, block * ROWS, scratch, 0,
-                           SPAN, nothing, 0)
+                           SPAN, nothing, 0)  # type: ignore[call-arg]
                 else:
                     _panel(weights, w0, depth, panel, 0, SPAN, bias, block * ROWS, scratch,
-                           0, SPAN, nothing, 0)
+                           0, SPAN, nothing, 0)  # type: ignore[call-arg]
                 for r in range(rows):
                     for p in range(count):
                         at = o0 + r * length + p
                         out[at] = _epilogue(scratch[r * SPAN + p], residual, at, flags)
-        _fetch_add(counters, 1, last - first)
-    return _finish(counters, total, bell, caller, call, spins)
+        done(counters, last - first)
+    return finish(counters, total, bell, caller, call, spins)

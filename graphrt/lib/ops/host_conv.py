@@ -6,9 +6,9 @@ once into a padded buffer (the workspace; only its border is zeroed, and data th
 padding is read in place), the weight is packed 16 output channels at a time once per loaded
 weight (:func:`graphrt.lib.frozen.derived`), and the tiles of 16 channels x 6 pixels are run
 on the calling thread and helper threads, one per other core (the compiled kernel releases
-the GIL). Threads claim tiles a few at a time from a shared counter, so a
-helper that starts late takes less or none of the work, and the calling thread returns once
-every tile is done (see :class:`_Crew`). Safe to call from several threads at once: one
+the GIL; :mod:`graphrt.lib.ops.host_crew`). Threads claim tiles a few at a time from a
+shared counter, so a helper that starts late takes less or none of the work, and the calling
+thread returns once every tile is done. Safe to call from several threads at once: one
 caller at a time has the helpers, the others run alone. A 1x1 convolution without padding
 runs the pointwise kernel the same way (:class:`PointwisePlan`), and either adds a residual
 and applies relu as it stores (:func:`run_direct`'s ``residual`` and ``relu``).
@@ -23,12 +23,6 @@ Example:
 from __future__ import annotations
 
 import itertools
-import math
-import os
-import queue
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import ModuleType
@@ -37,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from ..frozen import derived
+from .host_crew import run_jobs
 
-__all__ = ["DirectPlan", "PointwisePlan", "direct_plan", "pointwise_plan", "quiet_helpers",
-           "run_direct", "run_pointwise"]
+__all__ = ["DirectPlan", "PointwisePlan", "direct_plan", "pointwise_plan", "run_direct",
+           "run_pointwise"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
 # and pointwise 6 output channels x 16 pixels.
@@ -48,12 +43,6 @@ _CHANNELS, _PIXELS, _ROWS, _SPAN = 16, 6, 6, 16
 _MIN_WORK = 50_000
 """Tile-taps (about 7 cycles each) below which a convolution runs on the calling thread
 alone: bringing in the helpers costs tens of microseconds."""
-
-Jobs = Callable[..., bool]
-"""A job function of :mod:`graphrt.lib.ops.direct_conv` (:func:`conv_jobs`,
-:func:`pointwise_jobs`): its arguments, then counters, grain, bell, caller, call, spins."""
-Task = tuple[int, Jobs, tuple[Any, ...]]
-"""What a helper is queued: the call number, the job function, its leading arguments."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +59,9 @@ class DirectPlan:
         strip: tiles along the output whose data (about :data:`_STRIP_BYTES`) every block
             of output channels runs over before the next strip.
         parallel: worth running on every core.
-        padded_shape: the padded data ``[N, C, Hp, Wp]`` (the data's own shape when read in
-            place).
-        begin: the rows and columns of padding before the data (top, left).
+        padding: the padded copy's geometry, as the compiled kernel takes it
+            (:data:`graphrt.lib.ops.direct_conv.PADDING`: planes, h, w, hp, wp, top, left,
+            planes per job; zeros where the data is read in place).
         pixels: per output pixel (padded to whole tiles), its window's offset in an image.
         taps: per input channel and kernel offset, its offset from a window's corner.
     """
@@ -84,8 +73,7 @@ class DirectPlan:
     grain: int
     strip: int
     parallel: bool
-    padded_shape: tuple[int, ...]
-    begin: tuple[int, int]
+    padding: np.ndarray[Any, Any] = field(compare=False, repr=False)
     pixels: np.ndarray[Any, Any] = field(compare=False, repr=False)
     taps: np.ndarray[Any, Any] = field(compare=False, repr=False)
 
@@ -110,131 +98,35 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     taps = np.array([ci * hp * wp + i * dh * wp + j * dw
                      for ci, i, j in itertools.product(range(c), range(kh), range(kw))],
                     np.int64)
-    pixels.flags.writeable = False
+    padding = np.zeros(8, np.int64)
+    if not in_place:
+        padding[:] = (n * c, h, width, hp, wp, top, left, max(1, _PAD_JOB // (hp * wp)))
+    pixels.flags.writeable = padding.flags.writeable = False
     jobs = n * -(-o // _CHANNELS) * tiles
     band = max(1, (_STRIP_BYTES // (4 * c * wp) - (kh - 1) * dh) // sh)  # output rows
-    strip = min(tiles, max(1, band * ow // _PIXELS))
+    whole = 4 * c * hp * wp <= _WHOLE_BYTES
+    strip = tiles if whole else min(tiles, max(1, band * ow // _PIXELS))
     return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
-                      (n, c, hp, wp), (top, left), pixels, taps.astype(np.int32))
+                      padding, pixels, taps.astype(np.int32))
+
+
+_PAD_JOB = 8192
+"""Padded elements (about) one job of the padded copy writes: a few per thread even for one
+small image."""
 
 
 _STRIP_BYTES = 1 << 17
 """Padded data (bytes) a strip of tiles reads, so that it stays in cache while every block of
 output channels runs over it: a quarter of a core's L2 here (AMD EPYC, 512 KiB). Against one
-strip per image, ResNet-18's layers ran 2-9% faster (0.5-4% with 256 KiB strips); the
-14x14 ones, which fit whole, within noise."""
+strip per image, ResNet-18's 56x56 and 28x28 layers ran 2-9% faster (0.5-4% with 256 KiB
+strips)."""
 
-_SPIN_LOOKS = 2_000_000
-"""How many times (about 1 ms) a helper thread looks for the next convolution before it
-blocks: the ops between two convolutions of a model take less, and a thread woken from a
-block (or a caller that waits for the GIL) can start milliseconds late on a virtual
-machine, longer than a whole convolution of one image."""
-
-
-class _Crew:
-    """Helper threads, one per other core, that join the convolutions of one calling thread
-    at a time.
-
-    Neither side ever waits for the other in Python: the caller queues the call's arguments
-    for each helper and rings a bell from compiled code (without the GIL); a helper that is
-    busy-waiting there (after its last call) sees it, takes the queued arguments (the GIL is
-    free: the caller is computing) and joins; one that started late finds no tiles left. A
-    helper blocks on its queue only after :data:`_SPIN_LOOKS` looks without a call.
-    """
-
-    def __init__(self, kernels: ModuleType, helpers: int) -> None:
-        self.kernels = kernels
-        self.bell = np.zeros(1, np.int64)  # rings so far (calls, and quiet())
-        self.last = -math.inf  # time.monotonic() at the end of the last call
-        self.lock = threading.Lock()  # one calling thread at a time
-        self.tasks: list[queue.SimpleQueue[Task]] = []
-        for k in range(helpers):
-            tasks: queue.SimpleQueue[Task] = queue.SimpleQueue()
-            self.tasks.append(tasks)
-            threading.Thread(target=self._serve, args=(tasks,), name=f"graphrt-conv-{k}",
-                             daemon=True).start()
-
-    def run(self, jobs: Jobs, args: tuple[Any, ...]) -> None:
-        """``jobs(*args, ...)`` (a job function of :mod:`~graphrt.lib.ops.direct_conv`) on
-        the calling thread, with the helpers if they are free (another thread's convolution
-        holds them: alone)."""
-        if not self.lock.acquire(blocking=False):
-            jobs(*args, np.zeros(1, np.int64), True, 0, 0)
-            return
-        try:
-            call = int(self.bell[0]) + 1  # the caller's ring makes it so (rings hold the lock)
-            for tasks in self.tasks:
-                tasks.put((call, jobs, args))
-            jobs(*args, self.bell, True, 0, 0)
-            self.last = time.monotonic()
-        finally:
-            self.lock.release()
-
-    def quiet(self) -> None:
-        """Stop the helpers' busy wait (they block until the next call): before other work
-        that runs threads of its own (OpenBLAS), which a spinning helper would slow."""
-        if self.lock.acquire(blocking=False):
-            try:
-                self.kernels.ring(self.bell)
-            finally:
-                self.lock.release()
-
-    def _serve(self, tasks: queue.SimpleQueue[Task]) -> None:
-        call, jobs, args = tasks.get()
-        while True:
-            if jobs(*args, self.bell, False, call, _SPIN_LOOKS):
-                try:
-                    call, jobs, args = tasks.get_nowait()  # queued before the ring
-                    continue
-                except queue.Empty:
-                    pass
-            call, jobs, args = tasks.get()
-
-
-_crew_lock = threading.Lock()
-_crew: _Crew | None = None
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def _helpers(kernels: ModuleType) -> _Crew:
-    global _crew
-    with _crew_lock:
-        if _crew is None:
-            _crew = _Crew(kernels, _cores() - 1)
-        return _crew
-
-
-def quiet_helpers() -> bool:
-    """Stop the direct convolution's helper threads from busy-waiting, if there are any: a
-    GEMM on OpenBLAS's threads is next. Returns whether they ran a convolution in the last
-    :data:`_BUSY_S` (more are likely to follow soon)."""
-    if _crew is None:
-        return False
-    _crew.quiet()
-    return time.monotonic() - _crew.last < _BUSY_S
-
-
-_BUSY_S = 0.25
-"""Seconds after a convolution on the helpers during which more are expected (a model's
-next run) and GEMMs avoid waking OpenBLAS's threads."""
-
-
-def _forget_crew() -> None:
-    """In a forked child, whose helper threads did not survive the fork: start new ones."""
-    global _crew, _crew_lock
-    _crew, _crew_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_forget_crew)
-
+_WHOLE_BYTES = 1 << 18
+"""Padded image (bytes) up to which one strip takes the whole image: there the weights are
+the larger part (ResNet-18's 14x14 and 7x7 layers: 2.4-9.4 MB of weights), and each strip
+reads all of them again (the 7x7 layers at batch 1 ran 5% faster, the strided 14x14 one
+7%)."""
 
 def _packed_bias(bias: np.ndarray[Any, Any] | None, channels: int, block: int
                  ) -> np.ndarray[Any, Any]:
@@ -267,14 +159,6 @@ def _epilogue(kernels: ModuleType, out: np.ndarray[Any, Any],
     return np.ascontiguousarray(residual).reshape(-1), flags | kernels.RESIDUAL
 
 
-def _run_jobs(kernels: ModuleType, jobs: Jobs, parallel: bool, args: tuple[Any, ...]
-              ) -> None:
-    if parallel:
-        _helpers(kernels).run(jobs, args)  # with no helper on one core
-    else:
-        jobs(*args, np.zeros(1, np.int64), True, 0, 0)
-
-
 def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
                weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
@@ -282,20 +166,15 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     """The convolution ``plan`` of float32 ``x`` by ``weight`` (+ ``bias``) into ``out``
     (C-contiguous), with ``buffer`` the planned workspace (None where the plan needs none),
     then ``+ residual`` (shaped as ``out``) and relu as the results are stored."""
-    if buffer is None:
-        data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-    else:
-        data = np.asarray(buffer).reshape(-1)
-        n, c, h, w = x.shape
-        kernels.pad(np.ascontiguousarray(x).reshape(-1), data, n * c, h, w,
-                    *plan.padded_shape[2:], *plan.begin)
+    data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     packed, summed = _prepared(kernels, weight, bias, _CHANNELS)
     flat = np.asarray(out).reshape(-1)
-    counters = np.zeros(2, np.int64)  # tiles claimed, tiles done
-    _run_jobs(kernels, kernels.conv_jobs, plan.parallel, (
-        data, plan.image, plan.pixels, plan.length, plan.taps, packed, summed, flat,
-        weight.shape[0], *_epilogue(kernels, flat, residual, relu), plan.strip, counters,
-        plan.grain))
+    padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
+    counters = np.zeros(4, np.int64)  # tiles claimed, done; padded copy's jobs claimed, done
+    run_jobs(kernels.conv_jobs, plan.parallel, (
+        data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, packed,
+        summed, flat, weight.shape[0], *_epilogue(kernels, flat, residual, relu), plan.strip,
+        counters, plan.grain))
 
 
 @dataclass(frozen=True)
@@ -370,7 +249,7 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
     packed, summed = _prepared(kernels, weight, bias, _ROWS)
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
-    _run_jobs(kernels, kernels.pointwise_jobs, plan.parallel, (
+    run_jobs(kernels.pointwise_jobs, plan.parallel, (
         data, plan.length, plan.depth, packed, summed, flat, weight.shape[0],
         *_epilogue(kernels, flat, residual, relu), plan.chunk, counters, plan.grain))
 

@@ -1,0 +1,158 @@
+"""The helper threads that run the compiled host kernels over every core: one per other core,
+joining the job functions (:mod:`graphrt.lib.ops.job_protocol`) of one calling thread at a
+time.
+
+:func:`run_jobs` runs a job function on the calling thread and on the helpers; the direct
+convolution uses it. Safe to call from several threads at once: one caller at
+a time has the helpers, the others run alone. :func:`quiet_helpers` stops the helpers'
+busy wait before work that runs threads of its own (OpenBLAS).
+
+Example:
+    >>> import numpy as np
+    >>> def jobs(seen, counters, grain, bell, caller, call, spins):  # all on its own
+    ...     seen.append("caller" if caller else "helper")
+    ...     return True
+    >>> seen = []
+    >>> run_jobs(jobs, False, (seen, np.zeros(2, np.int64), 1))  # not parallel: no helper
+    >>> seen
+    ['caller']
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Jobs", "quiet_helpers", "run_jobs"]
+
+Jobs = Callable[..., bool]
+"""A job function (:mod:`graphrt.lib.ops.job_protocol`): its arguments, then counters,
+grain, bell, caller, call, spins."""
+Task = tuple[int, Jobs, tuple[Any, ...]]
+"""What a helper is queued: the call number, the job function, its leading arguments."""
+
+_SPIN_LOOKS = 2_000_000
+"""How many times (about 1 ms) a helper thread looks for the next call before it blocks:
+the ops between two convolutions of a model take less, and a thread woken from a block (or a
+caller that waits for the GIL) can start milliseconds late on a virtual machine, longer than
+a whole convolution of one image."""
+
+_BUSY_S = 0.25
+"""Seconds after a call on the helpers during which more are expected (a model's next run)
+and GEMMs avoid waking OpenBLAS's threads."""
+
+
+class _Crew:
+    """Helper threads, one per other core, that join the job functions of one calling
+    thread at a time.
+
+    Neither side ever waits for the other in Python: the caller queues the call's arguments
+    for each helper and rings a bell from compiled code (without the GIL); a helper that is
+    busy-waiting there (after its last call) sees it, takes the queued arguments (the GIL is
+    free: the caller is computing) and joins; one that started late finds no jobs left. A
+    helper blocks on its queue only after :data:`_SPIN_LOOKS` looks without a call.
+    """
+
+    def __init__(self, ring: Callable[[np.ndarray[Any, Any]], int], helpers: int) -> None:
+        self.ring = ring
+        self.bell = np.zeros(1, np.int64)  # rings so far (calls, and quiet())
+        self.last = -math.inf  # time.monotonic() at the end of the last call
+        self.lock = threading.Lock()  # one calling thread at a time
+        self.tasks: list[queue.SimpleQueue[Task]] = []
+        for k in range(helpers):
+            tasks: queue.SimpleQueue[Task] = queue.SimpleQueue()
+            self.tasks.append(tasks)
+            threading.Thread(target=self._serve, args=(tasks,), name=f"graphrt-crew-{k}",
+                             daemon=True).start()
+
+    def run(self, jobs: Jobs, args: tuple[Any, ...]) -> None:
+        """``jobs(*args, ...)`` on the calling thread, with the helpers if they are free
+        (another thread's call holds them: alone)."""
+        if not self.lock.acquire(blocking=False):
+            jobs(*args, np.zeros(1, np.int64), True, 0, 0)
+            return
+        try:
+            call = int(self.bell[0]) + 1  # the caller's ring makes it so (rings hold the lock)
+            for tasks in self.tasks:
+                tasks.put((call, jobs, args))
+            jobs(*args, self.bell, True, 0, 0)
+            self.last = time.monotonic()
+        finally:
+            self.lock.release()
+
+    def quiet(self) -> None:
+        """Stop the helpers' busy wait (they block until the next call)."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self.ring(self.bell)
+            finally:
+                self.lock.release()
+
+    def _serve(self, tasks: queue.SimpleQueue[Task]) -> None:
+        call, jobs, args = tasks.get()
+        while True:
+            if jobs(*args, self.bell, False, call, _SPIN_LOOKS):
+                try:
+                    call, jobs, args = tasks.get_nowait()  # queued before the ring
+                    continue
+                except queue.Empty:
+                    pass
+            call, jobs, args = tasks.get()
+
+
+_crew_lock = threading.Lock()
+_crew: _Crew | None = None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _helpers() -> _Crew:
+    global _crew
+    with _crew_lock:
+        if _crew is None:
+            from .job_protocol import ring  # numba: only once a job function exists
+
+            _crew = _Crew(ring, _cores() - 1)
+        return _crew
+
+
+def run_jobs(jobs: Jobs, parallel: bool, args: tuple[Any, ...]) -> None:
+    """``jobs(*args, counters..., spins)``: on the calling thread and the helpers where
+    ``parallel`` (with no helper on one core), else on the calling thread alone. ``args``
+    end with the call's zeroed counters and its grain."""
+    if parallel:
+        _helpers().run(jobs, args)
+    else:
+        jobs(*args, np.zeros(1, np.int64), True, 0, 0)
+
+
+def quiet_helpers() -> bool:
+    """Stop the helper threads from busy-waiting, if there are any: a GEMM on OpenBLAS's
+    threads is next. Returns whether they ran a call in the last :data:`_BUSY_S` (more are
+    likely to follow soon)."""
+    if _crew is None:
+        return False
+    _crew.quiet()
+    return time.monotonic() - _crew.last < _BUSY_S
+
+
+def _forget_crew() -> None:
+    """In a forked child, whose helper threads did not survive the fork: start new ones."""
+    global _crew, _crew_lock
+    _crew, _crew_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_crew)
