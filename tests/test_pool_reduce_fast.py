@@ -123,6 +123,88 @@ def test_chunked_window_reduce_equals_one_pass(kind: Any, monkeypatch: pytest.Mo
     np.testing.assert_array_equal(whole, strided)
 
 
+COMPILED_MAX = [  # x shape, windows per axis (kernel, stride, dilation, pad begin), out size
+    ((1, 64, 112, 112), [(3, 2, 1, 1), (3, 2, 1, 1)], (56, 56)),  # ResNet's: on every core
+    ((2, 3, 40, 37), [(3, 1, 1, 1), (3, 1, 1, 1)], (40, 37)),  # stride 1; planes in bands
+    ((1, 2, 13, 17), [(2, 3, 1, 0), (4, 3, 1, 2)], (4, 6)),  # stride 3: the general loops
+    ((1, 3, 9, 11), [(3, 1, 3, 2), (2, 2, 4, 1)], (5, 4)),  # dilated rows and columns
+    ((2, 2, 6, 5), [(1, 1, 1, 0), (3, 2, 1, 1)], (6, 3)),  # one row, strided columns
+    ((2, 2, 6, 5), [(4, 2, 1, 3), (1, 1, 1, 0)], (3, 5)),  # one column, a window of 4 rows
+    ((1, 1, 5, 5), [(3, 2, 1, 1), (3, 2, 1, 1)], (3, 3)),  # ceil mode's last window
+]
+
+
+@pytest.mark.parametrize("case", COMPILED_MAX, ids=str)
+def test_the_compiled_max_pool_gives_the_bits_of_the_separable_one(case: Any) -> None:
+    pytest.importorskip("numba")
+    shape, windows, size = case
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[::97] = np.nan  # NaN wins wherever it is in a window, as np.maximum
+    x.reshape(-1)[5::89] = -np.inf
+    want = np.empty((*shape[:2], *size), np.float32)
+    window_reduce(np, x, want, windows, "max")
+    got = np.full_like(want, 7.0)
+    pooling.window_max(np, x, got, windows)
+    np.testing.assert_array_equal(got, want)
+    kernel, stride, dilation, begin = (list(v) for v in zip(*windows, strict=True))
+    reference = _reference_pool(x, want.shape, kernel, stride, dilation, begin, "max")
+    np.testing.assert_array_equal(got, reference.astype(np.float32))
+
+
+def test_a_window_of_padding_only_is_minus_infinity_on_both_paths() -> None:
+    pytest.importorskip("numba")
+    x = RNG.standard_normal((1, 1, 2, 3)).astype(np.float32)
+    windows = [(2, 1, 3, 1), (1, 1, 1, 0)]  # rows -1 and 2 of 2: both padding
+    want = np.empty((1, 1, 1, 3), np.float32)
+    window_reduce(np, x, want, windows, "max")
+    got = np.empty_like(want)
+    pooling.window_max(np, x, got, windows)
+    np.testing.assert_array_equal(got, want)
+    assert (got == -np.inf).all()
+
+
+def test_the_max_pool_takes_the_numpy_path_where_the_kernel_does_not_apply(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    x = RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    windows = [(3, 2, 1, 1), (3, 2, 1, 1)]
+    want = np.empty((2, 3, 4, 4), np.float32)
+    window_reduce(np, x, want, windows, "max")
+    called: list[bool] = []
+    real = pooling.window_reduce
+
+    def spy(*args: Any) -> None:
+        called.append(True)
+        real(*args)
+
+    monkeypatch.setattr(pooling, "window_reduce", spy)
+    strided = np.empty((2, 3, 4, 8), np.float32)[..., ::2]  # an output not contiguous
+    pooling.window_max(np, x, strided, windows)
+    np.testing.assert_array_equal(strided, want)
+    assert called
+    called.clear()
+    monkeypatch.setattr(pooling.host_jit, "pool_kernels", lambda: None)  # no numba
+    got = np.empty_like(want)
+    pooling.window_max(np, x, got, windows)
+    np.testing.assert_array_equal(got, want)
+    assert called
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "max_pool"])
+def test_the_compiled_max_pool_is_loaded_at_create_not_on_the_first_run(
+        op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    loads: list[str] = []
+    real = pooling.host_jit.pool_kernels
+    monkeypatch.setattr(pooling.host_jit, "pool_kernels", lambda: loads.append(op) or real())
+    attrs = {"pool_size": [2, 2]} if op == "max_pool2d" else {"kernel": [2, 2],
+                                                               "strides": [2, 2]}
+    kernel = get_op(op).positional(np, get_op(op).attrs(**attrs), 1)
+    assert loads == [op]
+    x = RNG.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    out = np.empty((1, 2, 2, 2), np.float32)
+    kernel(x, out)
+    np.testing.assert_array_equal(out, x.reshape(1, 2, 2, 2, 2, 2).max(axis=(3, 5)))
+
+
 @pytest.mark.parametrize("length", [1, 7, 256, ROW_SUM_MAX, ROW_SUM_MAX + 1, 5000])
 def test_row_sums_match_float64(length: int) -> None:
     rows = RNG.standard_normal((6, length)).astype(np.float32)

@@ -3,8 +3,8 @@ joining the job functions (:mod:`graphrt.lib.ops.job_protocol`) of one calling t
 time.
 
 :func:`run_jobs` runs a job function on the calling thread and on the helpers; the direct
-convolution uses it. Safe to call from several threads at once: one caller at
-a time has the helpers, the others run alone. :func:`quiet_helpers` stops the helpers'
+convolution and the max pool use it. Safe to call from several threads at once: one caller
+at a time has the helpers, the others run alone. :func:`quiet_helpers` stops the helpers'
 busy wait before work that runs threads of its own (OpenBLAS).
 
 Example:

@@ -1,7 +1,7 @@
 """numba on the host, where it is installed: the one check of whether compiled host kernels
 may be used, the compiled row kernels of ``layer_norm`` and ``softmax``
-(:mod:`graphrt.lib.ops.row_kernels`) and the direct convolution
-(:mod:`graphrt.lib.ops.direct_conv`).
+(:mod:`graphrt.lib.ops.row_kernels`), the direct convolution
+(:mod:`graphrt.lib.ops.direct_conv`) and the max pool (:mod:`graphrt.lib.ops.pool_kernels`).
 
 numba is optional (the extra ``graphrt[jit]``); without it, or with ``GRAPHRT_JIT=0``, every
 op keeps its numpy path and the reason is logged once per process. The compiled modules are
@@ -27,7 +27,7 @@ import numpy as np
 
 from .base import normalize_axis
 
-__all__ = ["direct_conv", "host_rows", "load_numba", "row_kernels"]
+__all__ = ["direct_conv", "host_rows", "load_numba", "pool_kernels", "row_kernels"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,12 @@ def direct_conv() -> ModuleType | None:
     """:mod:`graphrt.lib.ops.direct_conv`, compiled; None where numba is missing, switched
     off or fails to compile it (the reason logged once)."""
     return _compiled("direct_conv", "float32 convolutions on cpu take the im2col + GEMM path")
+
+
+def pool_kernels() -> ModuleType | None:
+    """:mod:`graphrt.lib.ops.pool_kernels`, compiled; None where numba is missing, switched
+    off or fails to compile it (the reason logged once)."""
+    return _compiled("pool_kernels", "float32 max pooling on cpu takes the numpy path")
 
 
 _ROW_DTYPES = (np.dtype("float32"), np.dtype("float64"))

@@ -2,7 +2,8 @@
 counters, the bell that wakes busy-waiting helpers, and the end of a thread's part of a call.
 
 A job function (:func:`graphrt.lib.ops.direct_conv.conv_jobs`,
-:func:`~graphrt.lib.ops.direct_conv.pointwise_jobs`) takes its own arguments, then
+:func:`~graphrt.lib.ops.direct_conv.pointwise_jobs`,
+:func:`graphrt.lib.ops.pool_kernels.max_pool_jobs`) takes its own arguments, then
 :data:`JOBS`: ``counters`` (``[claimed, done]``, zeroed before the call and shared by every
 thread of it), ``grain`` (jobs claimed at a time), ``bell``, ``caller``, ``call`` and
 ``spins``. The calling thread first rings the bell (:func:`ring`: this is call number

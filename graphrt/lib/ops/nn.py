@@ -57,7 +57,7 @@ from .base import (
 from .convolution import conv_epilogue, conv_workspace, run_conv
 from .host_jit import host_rows
 from .normalization import NormalizeAttrs, normalize
-from .pooling import AxisWindow, window_reduce
+from .pooling import AxisWindow, max_pool_kernel, window_max, window_reduce
 from .resize import ResizeAttrs, resize
 
 __all__ = [
@@ -527,7 +527,7 @@ def _pool_windows(attrs: MaxPool2DAttrs) -> list[AxisWindow]:
 
 def _max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                 attrs: MaxPool2DAttrs) -> None:
-    window_reduce(xp, inputs[0], outputs[0], _pool_windows(attrs), "max")
+    window_max(xp, inputs[0], outputs[0], _pool_windows(attrs))
 
 
 def _pool_counts(size: int, n_out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
@@ -722,7 +722,7 @@ register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_con
 register_op(OpDef(name="conv2d_transpose", attrs=Conv2DTransposeAttrs, arity=None,
                   infer=_infer_conv2d_transpose, compute=_conv2d_transpose))
 register_op(OpDef(name="max_pool2d", attrs=MaxPool2DAttrs, arity=1, infer=_infer_max_pool2d,
-                  compute=_max_pool2d))
+                  compute=_max_pool2d, kernel=max_pool_kernel(_max_pool2d)))
 register_op(OpDef(name="avg_pool2d", attrs=AvgPool2DAttrs, arity=1, infer=_infer_avg_pool2d,
                   compute=_avg_pool2d))
 register_op(OpDef(name="global_avg_pool2d", attrs=NoAttrs, arity=1,

@@ -23,18 +23,29 @@ per axis instead of one pass per kernel offset (9 for a 3x3 window). ``max_pool`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, accumulator, register_op
+from . import host_jit
+from .base import (
+    Attrs,
+    Compute,
+    KernelFactory,
+    OpDef,
+    OpError,
+    TensorType,
+    accumulator,
+    register_op,
+)
 from .convolution import Window, per_axis, show, window_range
+from .host_crew import run_jobs
 
 __all__ = ["AvgPoolAttrs", "AxisWindow", "LpPoolAttrs", "MaxPoolAttrs", "PoolAttrs",
-           "window_reduce"]
+           "max_pool_kernel", "window_max", "window_reduce"]
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -274,7 +285,7 @@ def _max_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     if out.size == 0:
         return
     if not attrs.indices:
-        window_reduce(xp, x, out, _axis_windows(attrs, x.ndim - 2), "max")
+        window_max(xp, x, out, _axis_windows(attrs, x.ndim - 2))
         return
     out[...] = _lowest(out.dtype)
     lead = (slice(None),) * 2
@@ -293,6 +304,67 @@ def _max_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
             x.shape, attrs.column_major, dst, src)))
         where[...] = xp.where(better, flat, where)
         xp.maximum(target, values, out=target)
+
+
+_POOL_JOBS = 64
+"""Jobs (bands of output rows) a compiled max pool is cut into, at least: enough for the
+threads to share them evenly."""
+
+_MIN_POOL_WORK = 100_000
+"""Window positions (outputs x kernel size) below which a compiled max pool runs on the
+calling thread alone: bringing in the helpers costs tens of microseconds."""
+
+
+def window_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None:
+    """``out`` = the max of ``x`` over each pool window (padding skipped): through the
+    compiled kernel over every core (:mod:`graphrt.lib.ops.pool_kernels`) for host float32
+    data with 2-D windows where numba is installed, else :func:`window_reduce`.
+
+    Example:
+        >>> x = np.arange(16.0, dtype=np.float32).reshape(1, 1, 4, 4)
+        >>> out = np.empty((1, 1, 2, 2), dtype=np.float32)
+        >>> window_max(np, x, out, [(3, 2, 1, 1), (3, 2, 1, 1)])
+        >>> out[0, 0].tolist()
+        [[5.0, 7.0], [13.0, 15.0]]
+    """
+    if not _compiled_max(xp, x, out, windows):
+        window_reduce(xp, x, out, windows, "max")
+
+
+def max_pool_kernel(compute: Compute) -> KernelFactory:
+    """The kernel factory of a max pool op that runs ``compute``: on the host it has the
+    compiled max pool (:func:`window_max`) compiled, or loaded from numba's cache, at
+    ``create()`` rather than on the first run."""
+    def factory(xp: Any, attrs: Any) -> Callable[..., None]:
+        if xp is np:
+            host_jit.pool_kernels()
+
+        def kernel(x: Any, *outputs: Any) -> None:
+            compute(xp, [x], outputs, attrs)
+
+        return kernel
+
+    return factory
+
+
+def _compiled_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> bool:
+    """:func:`window_max` through the compiled kernel; False (nothing done) where it does not
+    apply or numba is missing."""
+    if not (xp is np and len(windows) == 2 and x.dtype == np.float32
+            and out.dtype == np.float32 and out.flags.c_contiguous):
+        return False
+    kernels = host_jit.pool_kernels()
+    if kernels is None:
+        return False
+    (kh, sh, dh, top), (kw, sw, dw, left) = windows
+    planes, (h, w), (oh, ow) = x.shape[0] * x.shape[1], x.shape[2:], out.shape[2:]
+    bands = min(oh, -(-_POOL_JOBS // planes))
+    rows = -(-oh // bands)
+    jobs = planes * -(-oh // rows)
+    run_jobs(kernels.max_pool_jobs, out.size * kh * kw >= _MIN_POOL_WORK, (
+        np.ascontiguousarray(x).reshape(-1), out.reshape(-1), planes, h, w, oh, ow, kh, kw,
+        sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64), max(1, jobs // _POOL_JOBS)))
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,7 +433,8 @@ def _lp_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 
 
 register_op(OpDef(name="max_pool", attrs=MaxPoolAttrs, arity=1, infer=_infer_max_pool,
-                  compute=_max_pool, num_outputs=lambda attrs: 2 if attrs.indices else 1))
+                  compute=_max_pool, num_outputs=lambda attrs: 2 if attrs.indices else 1,
+                  kernel=max_pool_kernel(_max_pool)))
 register_op(OpDef(name="avg_pool", attrs=AvgPoolAttrs, arity=1, infer=_infer_avg_pool,
                   compute=_avg_pool))
 register_op(OpDef(name="lp_pool", attrs=LpPoolAttrs, arity=1, infer=_infer_lp_pool,

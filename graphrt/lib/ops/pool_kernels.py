@@ -1,0 +1,136 @@
+"""Compiled (numba) 2-D max pooling of float32 on the host, over every core.
+
+Imported only through :func:`graphrt.lib.ops.host_jit.pool_kernels`, which falls back to the
+numpy path (:func:`graphrt.lib.ops.pooling.window_reduce`) where numba is missing.
+:func:`max_pool_jobs` is a job function (:mod:`graphrt.lib.ops.job_protocol`): a job is one
+band of output rows of one plane. Each output row reduces the window's input rows into one
+padded line (``-inf`` in the padding), then the window's columns of that line into the output
+row. Every step is a vectorized maximum of two arrays into a third (a loop that reads the
+array it writes does not vectorize: 5x slower), so a window of k rows or columns folds
+through two spare lines in turn; stride 2 reads the line as interleaved pairs, still
+vectorized. The maximum is numpy's: a NaN anywhere in a window makes it NaN. ResNet's 3x3
+stride-2 pool of ``[1, 64, 112, 112]``: 390 us on one core, 210 us on two, against 780 us for
+the separable numpy passes.
+
+Example:
+    >>> import numpy as np
+    >>> x = np.arange(16, dtype=np.float32)             # one 4x4 plane
+    >>> out = np.empty(4, np.float32)                   # its 2x2 pool (kernel 2, stride 2)
+    >>> max_pool_jobs(x, out, 1, 4, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0, 1,
+    ...               np.zeros(2, np.int64), 1, np.zeros(1, np.int64), True, 0, 0)
+    True
+    >>> out.tolist()
+    [5.0, 7.0, 13.0, 15.0]
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import types
+
+from .job_protocol import JOBS, claim, done, finish, flat, ring
+
+__all__ = ["max_pool_jobs"]
+
+
+@numba.njit(inline="always", cache=True)
+def _max(a: float, b: float) -> float:
+    """``np.maximum(a, b)``: NaN if either is (two selects, which vectorize)."""
+    larger = b if b > a else a
+    return b if b != b else larger
+
+
+@numba.njit(inline="always", cache=True)
+def _max2(dst: np.ndarray, a: np.ndarray, sa: int, b: np.ndarray, sb: int) -> None:
+    """``dst[j] = max(a[j * sa], b[j * sb])`` for every ``j`` of ``dst`` (which is neither
+    ``a`` nor ``b``: a loop that reads what it writes does not vectorize); strides 1 and 2
+    spelled out so that the loops vectorize."""
+    n = dst.shape[0]
+    if sa == 1 and sb == 1:
+        for j in range(n):
+            dst[j] = _max(a[j], b[j])
+    elif sa == 1 and sb == 2:
+        for j in range(n):
+            dst[j] = _max(a[j], b[2 * j])
+    elif sa == 2 and sb == 2:
+        for j in range(n):
+            dst[j] = _max(a[2 * j], b[2 * j])
+    else:
+        for j in range(n):
+            dst[j] = _max(a[j * sa], b[j * sb])
+
+
+@numba.njit(inline="always", cache=True)
+def _copy(dst: np.ndarray, a: np.ndarray, sa: int) -> None:
+    """``dst[j] = a[j * sa]`` for every ``j`` of ``dst``."""
+    n = dst.shape[0]
+    if sa == 1:
+        for j in range(n):
+            dst[j] = a[j]
+    elif sa == 2:
+        for j in range(n):
+            dst[j] = a[2 * j]
+    else:
+        for j in range(n):
+            dst[j] = a[j * sa]
+
+
+_I64 = types.int64
+
+
+@numba.njit(types.boolean(flat(types.float32, True), flat(types.float32), *(_I64,) * 14, *JOBS),
+            cache=True, nogil=True)
+def max_pool_jobs(x: np.ndarray, out: np.ndarray, planes: int, h: int, w: int, oh: int,
+                  ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int,
+                  left: int, rows: int, counters: np.ndarray, grain: int, bell: np.ndarray,
+                  caller: bool, call: int, spins: int) -> bool:
+    """Max pool ``x`` ``[planes, h, w]`` into ``out`` ``[planes, oh, ow]`` (flattened) with
+    a ``kh`` x ``kw`` window, strides ``sh``, ``sw``, dilation ``dh``, ``dw`` and ``top``,
+    ``left`` padding (the end padding follows from the output size); jobs of ``rows`` output
+    rows of one plane, claimed as :mod:`~graphrt.lib.ops.job_protocol` says. A window with no
+    input position gives ``-inf``."""
+    if caller:
+        ring(bell)
+    bands = (oh + rows - 1) // rows
+    total = planes * bands
+    width = max((ow - 1) * sw + (kw - 1) * dw + 1, left + w)  # the padded line windows read
+    line = np.full(width, -np.inf, np.float32)
+    data = line[left:left + w]
+    spare = np.empty((2, w), np.float32)  # partial maxima of rows, then of columns
+    pairs = np.empty((2, ow), np.float32)
+    while True:
+        first, last = claim(counters, grain, total)
+        if first >= last:
+            break
+        for job in range(first, last):
+            plane, band = divmod(job, bands)
+            src = x[plane * h * w:(plane + 1) * h * w]
+            for oy in range(band * rows, min(oh, (band + 1) * rows)):
+                # The window's rows: y0 + ky * dh for ky in [k0, k1), those inside the plane.
+                y0 = oy * sh - top
+                k0 = 0 if y0 >= 0 else (dh - 1 - y0) // dh
+                k1 = min(kh, (h - 1 - y0) // dh + 1) if y0 < h else 0
+                count = k1 - k0
+                if count <= 0:
+                    data[:] = -np.inf
+                elif count == 1:
+                    _copy(data, src[(y0 + k0 * dh) * w:], 1)
+                for i in range(1, count):  # each fold into data, or a spare line before
+                    y = y0 + (k0 + i) * dh
+                    into = data if i == count - 1 else spare[i % 2]
+                    if i == 1:
+                        _max2(into, src[(y - dh) * w:], 1, src[y * w:], 1)
+                    else:
+                        _max2(into, spare[(i - 1) % 2], 1, src[y * w:], 1)
+                dst = out[(plane * oh + oy) * ow:(plane * oh + oy + 1) * ow]
+                if kw == 1:
+                    _copy(dst, line, sw)
+                for kx in range(1, kw):  # the same along the line, into the output row
+                    into = dst if kx == kw - 1 else pairs[kx % 2]
+                    if kx == 1:
+                        _max2(into, line, sw, line[dw:], sw)
+                    else:
+                        _max2(into, pairs[(kx - 1) % 2], 1, line[kx * dw:], sw)
+        done(counters, last - first)
+    return finish(counters, total, bell, caller, call, spins)
