@@ -3,7 +3,7 @@
 Two holders share one count, so that neither undoes the other: the executor's inter-op lanes
 (while branches run at once, BLAS gets ``cores // lanes`` threads) and the host GEMM of
 :func:`graphrt.lib.ops.base.matmul`, which runs a small product on one thread while the
-direct convolution's helper threads are busy (:func:`graphrt.lib.ops.host_conv.crew_active`):
+direct convolution's helper threads are busy (:func:`graphrt.lib.ops.host_crew.quiet_helpers`):
 OpenBLAS's workers spin for about 0.1 s after each threaded call (its thread timeout), and a
 spinning worker takes the core a convolution's helper needs. Measured on ResNet-18 at batch 1
 run back to back on 2 cores: 54 ms with the dense layer's GEMM threaded, 29 ms with it on one
