@@ -177,6 +177,10 @@ def test_the_max_pool_takes_the_numpy_path_where_the_kernel_does_not_apply(
         real(*args)
 
     monkeypatch.setattr(pooling, "window_reduce", spy)
+    empty = np.empty((0, 3, 4, 4), np.float32)  # no planes: nothing to do on either path
+    pooling.window_max(np, x[:0], empty, windows)
+    assert called
+    called.clear()
     strided = np.empty((2, 3, 4, 8), np.float32)[..., ::2]  # an output not contiguous
     pooling.window_max(np, x, strided, windows)
     np.testing.assert_array_equal(strided, want)

@@ -1,8 +1,8 @@
 """The direct convolution on the host: its geometry at given shapes, and the call that runs
 the compiled kernel of :mod:`graphrt.lib.ops.direct_conv` over the cores.
 
-A 2-D float32 convolution of one group runs with no im2col and no GEMM: the data is copied
-once into a padded buffer (the workspace; only its border is zeroed, and data that needs no
+A 2-D float32 convolution of one group runs with no im2col and no GEMM: the threads of the
+call first copy the data into a padded buffer together (the workspace; data that needs no
 padding is read in place), the weight is packed 16 output channels at a time once per loaded
 weight (:func:`graphrt.lib.frozen.derived`), and the tiles of 16 channels x 6 pixels are run
 on the calling thread and helper threads, one per other core (the compiled kernel releases
@@ -98,7 +98,7 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     taps = np.array([ci * hp * wp + i * dh * wp + j * dw
                      for ci, i, j in itertools.product(range(c), range(kh), range(kw))],
                     np.int64)
-    padding = np.zeros(8, np.int64)
+    padding = np.zeros(8, np.int64)  # direct_conv.PADDING entries
     if not in_place:
         padding[:] = (n * c, h, width, hp, wp, top, left, max(1, _PAD_JOB // (hp * wp)))
     pixels.flags.writeable = padding.flags.writeable = False

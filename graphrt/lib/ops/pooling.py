@@ -351,7 +351,7 @@ def _compiled_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> b
     """:func:`window_max` through the compiled kernel; False (nothing done) where it does not
     apply or numba is missing."""
     if not (xp is np and len(windows) == 2 and x.dtype == np.float32
-            and out.dtype == np.float32 and out.flags.c_contiguous):
+            and out.dtype == np.float32 and out.flags.c_contiguous and out.size > 0):
         return False
     kernels = host_jit.pool_kernels()
     if kernels is None:
