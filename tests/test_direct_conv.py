@@ -40,6 +40,10 @@ GEOMETRIES = [
     ((1, 8, 6, 6), (16, 8, 1, 1), (1, 1), (0, 0, 1, 1), (1, 1)),  # 1x1 with end padding
     ((2, 3, 12, 12), (16, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),  # windows cut before end
     ((1, 2, 4, 1), (16, 2, 1, 1), (1, 3), (0, 2, 0, 0), (1, 1)),  # only padding: left > row
+    # blocked padded copies ([N, C/8, Hp, Wp, 8]: a multiple of 8 channels, padded)
+    ((2, 16, 9, 10), (20, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # two channel blocks
+    ((1, 8, 11, 9), (17, 8, 3, 2), (2, 1), (2, 1, 0, 1), (2, 1)),  # strided, dilated, uneven
+    ((1, 24, 3, 2), (16, 24, 3, 3), (1, 1), (2, 0, 0, 2), (1, 1)),  # pads wider than the data
     # pointwise (1x1, no padding): 6 channels x 16 pixels a tile
     ((2, 7, 5, 7), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # channel and pixel tails
     ((1, 40, 8, 8), (12, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # whole tiles only
@@ -107,6 +111,32 @@ def test_strips_of_tiles_cover_the_output_once(monkeypatch: pytest.MonkeyPatch) 
                                rtol=1e-5, atol=1e-5)
 
 
+def test_a_padded_copy_of_whole_channel_blocks_is_blocked_and_packs_its_weight_so() -> None:
+    from graphrt.lib.ops import host_conv
+
+    def plan(c: int, pads: tuple[int, int]) -> DirectPlan:
+        return host_conv.direct_plan((1, c, 6, 6), (16, c, 3, 3), (1, 16, 6 - 2 + 2 * pads[0],
+                                     6 - 2 + 2 * pads[1]), (1, 1), (1, 1), pads)
+
+    assert plan(16, (1, 1)).blocked
+    assert not plan(12, (1, 1)).blocked  # not whole blocks: planes
+    assert not plan(16, (0, 0)).blocked  # read in place: no copy to block
+    blocked = plan(16, (1, 1))
+    # Channel block, kernel row, kernel column, then the 8 channels of the block side by side.
+    assert list(blocked.taps[:10]) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert blocked.taps[72] == 8 * 8 * 8  # the second block: after 8 planes of 8x8
+    x = RNG.standard_normal((1, 16, 6, 6)).astype(np.float32)
+    w = RNG.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    freeze(w)
+    got = _run(x, w, None, (1, 1), (1,) * 4, (1, 1))
+    np.testing.assert_allclose(got, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
+                               rtol=1e-5, atol=1e-5)  # the weight packed in the taps' order
+    # The same frozen weight read in place (no copy, planes) is packed again, its own way.
+    np.testing.assert_allclose(_run(x, w, None, (1, 1), (0,) * 4, (1, 1)),
+                               reference(x, w, None, (1, 1), (0,) * 4, (1, 1), 1),
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("helper_first", [True, False])
 def test_the_padded_copy_and_the_tiles_are_shared_whichever_thread_comes_first(
         helper_first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +155,7 @@ def test_the_padded_copy_and_the_tiles_are_shared_whichever_thread_comes_first(
     x = RNG.standard_normal((2, 40, 9, 9)).astype(np.float32)  # 80 planes: 2 copy jobs
     w = RNG.standard_normal((20, 40, 3, 3)).astype(np.float32)
     plan = host_conv.direct_plan(x.shape, w.shape, (2, 20, 9, 9), (1, 1), (1, 1), (1, 1))
-    assert plan.padding[0] == 80 and plan.padding[7] < 80
+    assert plan.blocked and plan.padding[0] == 80 and plan.padding[7] < 10  # 2 copy jobs
     want = _run(x, w, None, (1, 1), (1,) * 4, (1, 1))  # the tiles' sums do not depend on who
     np.testing.assert_allclose(want, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
                                rtol=1e-4, atol=1e-4)

@@ -61,7 +61,10 @@ class DirectPlan:
         parallel: worth running on every core.
         padding: the padded copy's geometry, as the compiled kernel takes it
             (:data:`graphrt.lib.ops.direct_conv.PADDING`: planes, h, w, hp, wp, top, left,
-            planes per job; zeros where the data is read in place).
+            blocks per job, channels per block; zeros where the data is read in place).
+        blocked: the padded copy is ``[N, C/8, Hp, Wp, 8]`` (a padded copy of a multiple of
+            8 channels), so the taps run input channel blocks, then kernel offsets, then
+            the channels of a block, and the weight is packed in that order.
         pixels: per output pixel (padded to whole tiles), its window's offset in an image.
         taps: per input channel and kernel offset, its offset from a window's corner.
     """
@@ -73,6 +76,7 @@ class DirectPlan:
     grain: int
     strip: int
     parallel: bool
+    blocked: bool
     padding: np.ndarray[Any, Any] = field(compare=False, repr=False)
     pixels: np.ndarray[Any, Any] = field(compare=False, repr=False)
     taps: np.ndarray[Any, Any] = field(compare=False, repr=False)
@@ -93,14 +97,19 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     length = oh * ow
     tiles = -(-length // _PIXELS)
     y, x_ = np.divmod(np.arange(length, dtype=np.int64), ow)
+    blocked = not in_place and c % _BLOCK == 0
+    block = _BLOCK if blocked else 1  # channels side by side in the padded copy
     pixels = np.zeros(tiles * _PIXELS, np.int64)  # the last tile's extra pixels: pixel 0
-    pixels[:length] = y * sh * wp + x_ * sw
-    taps = np.array([ci * hp * wp + i * dh * wp + j * dw
-                     for ci, i, j in itertools.product(range(c), range(kh), range(kw))],
-                    np.int64)
-    padding = np.zeros(8, np.int64)  # direct_conv.PADDING entries
+    pixels[:length] = (y * sh * wp + x_ * sw) * block
+    order = (itertools.product(range(c // block), range(kh), range(kw), range(block))
+             if blocked else ((ci, i, j, 0) for ci, i, j in
+                              itertools.product(range(c), range(kh), range(kw))))
+    taps = np.array([cb * hp * wp * block + (i * dh * wp + j * dw) * block + ci
+                     for cb, i, j, ci in order], np.int64)
+    padding = np.zeros(9, np.int64)  # direct_conv.PADDING entries
     if not in_place:
-        padding[:] = (n * c, h, width, hp, wp, top, left, max(1, _PAD_JOB // (hp * wp)))
+        padding[:] = (n * c, h, width, hp, wp, top, left,
+                      max(1, _PAD_JOB // (block * hp * wp)), block)
     pixels.flags.writeable = padding.flags.writeable = False
     jobs = n * -(-o // _CHANNELS) * tiles
     band = max(1, (_STRIP_BYTES // (4 * c * wp) - (kh - 1) * dh) // sh)  # output rows
@@ -108,7 +117,11 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     strip = tiles if whole else min(tiles, max(1, band * ow // _PIXELS))
     return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
-                      padding, pixels, taps.astype(np.int32))
+                      blocked, padding, pixels, taps.astype(np.int32))
+
+
+_BLOCK = 8
+"""Channels side by side in a blocked padded copy (:attr:`DirectPlan.blocked`)."""
 
 
 _PAD_JOB = 8192
@@ -137,12 +150,21 @@ def _packed_bias(bias: np.ndarray[Any, Any] | None, channels: int, block: int
 
 
 def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
-              bias: np.ndarray[Any, Any] | None, block: int
+              bias: np.ndarray[Any, Any] | None, block: int, blocked: bool = False
               ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The weight packed ``block`` output channels at a time, and the bias padded to whole
-    blocks (zeros without one): once per loaded param (:func:`derived`)."""
+    """The weight packed ``block`` output channels at a time (its taps in the order of a
+    ``blocked`` plan's where it is one), and the bias padded to whole blocks (zeros without
+    one): once per loaded param (:func:`derived`)."""
     o, key = weight.shape[0], f"direct_conv {block}"
-    packed = derived(weight, key, lambda: kernels.pack_weights(weight, block))
+
+    def pack() -> np.ndarray[Any, Any]:
+        if not blocked:
+            return kernels.pack_weights(weight, block)  # type: ignore[no-any-return]
+        c, kh, kw = weight.shape[1:]
+        taps = weight.reshape(o, c // _BLOCK, _BLOCK, kh, kw).transpose(0, 1, 3, 4, 2)
+        return kernels.pack_weights(np.ascontiguousarray(taps), block)  # type: ignore[no-any-return]
+
+    packed = derived(weight, (key, blocked), pack)
     summed = (_zero_bias(o, block) if bias is None else
               derived(bias, key, lambda: _packed_bias(bias, o, block)))
     return packed, summed
@@ -167,7 +189,7 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     (C-contiguous), with ``buffer`` the planned workspace (None where the plan needs none),
     then ``+ residual`` (shaped as ``out``) and relu as the results are stored."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-    packed, summed = _prepared(kernels, weight, bias, _CHANNELS)
+    packed, summed = _prepared(kernels, weight, bias, _CHANNELS, plan.blocked)
     flat = np.asarray(out).reshape(-1)
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
     counters = np.zeros(4, np.int64)  # tiles claimed, done; padded copy's jobs claimed, done
