@@ -44,6 +44,7 @@ GEOMETRIES = [
     ((2, 16, 9, 10), (20, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # two channel blocks
     ((1, 8, 11, 9), (17, 8, 3, 2), (2, 1), (2, 1, 0, 1), (2, 1)),  # strided, dilated, uneven
     ((1, 24, 3, 2), (16, 24, 3, 3), (1, 1), (2, 0, 0, 2), (1, 1)),  # pads wider than the data
+    ((1, 12, 5, 6), (16, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 12 channels: planes
     # pointwise (1x1, no padding): 6 channels x 16 pixels a tile
     ((2, 7, 5, 7), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # channel and pixel tails
     ((1, 40, 8, 8), (12, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # whole tiles only
