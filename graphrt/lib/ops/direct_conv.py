@@ -50,7 +50,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .job_protocol import COUNTERS, JOBS, claim, done, fetch_add, finish, flat, ring, wait
+from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
 
 __all__ = ["CHANNELS", "PADDING", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "conv_jobs",
            "pack_weights", "pointwise_jobs"]
@@ -348,18 +348,17 @@ def _pad(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, first: int, las
 @numba.njit(types.void(_FLOATS_IN, _FLOATS, _I64_IN, COUNTERS), cache=True, nogil=True)
 def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters: np.ndarray
                ) -> None:
-    """This thread's share of the padded copy of a call (jobs of ``padding[7]`` blocks,
-    claimed from ``counters[2]``, counted done in ``counters[3]``); returns once every block
-    is copied, by any thread."""
+    """This thread's share of the padded copy of a call, phase 1 of its ``counters`` (jobs of
+    ``padding[7]`` blocks); returns once every block is copied, by any thread."""
     blocks, chunk = padding[0] // padding[8], padding[7]
     jobs = (blocks + chunk - 1) // chunk
     while True:
-        job: int = fetch_add(counters, 2, 1)  # type: ignore[call-arg]  # (typingctx)
-        if job >= jobs:
+        job, end = claim(counters, 1, 1, jobs)
+        if job >= end:
             break
         _pad(x, padded, padding, job * chunk, min(blocks, (job + 1) * chunk))
-        fetch_add(counters, 3, 1)
-    wait(counters, 3, jobs)
+        done(counters, 1, 1)
+    wait(counters, 1, jobs)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -372,6 +371,19 @@ def _epilogue(value: float, residual: np.ndarray, at: int, flags: int) -> float:
     return value
 
 
+@numba.njit(cache=True, nogil=True)
+def _from_scratch(out: np.ndarray, o0: int, plane: int, scratch: np.ndarray, channels: int,
+                  pixels: int, channel_step: int, pixel_step: int, residual: np.ndarray,
+                  flags: int) -> None:
+    """The ``channels`` x ``pixels`` results of a tile short of either, summed into
+    ``scratch`` (channel ``c``, pixel ``p`` at ``c * channel_step + p * pixel_step``), stored
+    into ``out`` from ``o0`` (channels ``plane`` apart) with the epilogue of ``flags``."""
+    for c in range(channels):
+        for p in range(pixels):
+            at = o0 + c * plane + p
+            out[at] = _epilogue(scratch[c * channel_step + p * pixel_step], residual, at, flags)
+
+
 @numba.njit(types.boolean(_FLOATS_IN, _I64_IN, _FLOATS, types.int64, _I64_IN, types.int64,
                           flat(types.int32, True), _FLOATS_IN, _FLOATS_IN, _FLOATS, types.int64,
                           _FLOATS_IN, types.int64, types.int64, *JOBS), cache=True, nogil=True)
@@ -380,17 +392,17 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
               bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
               flags: int, strip: int, counters: np.ndarray, grain: int, bell: np.ndarray,
               caller: bool, call: int, spins: int) -> bool:
-    """A job function (:mod:`~graphrt.lib.ops.job_protocol`; ``counters`` has 4 entries):
+    """A job function (:mod:`~graphrt.lib.ops.job_protocol`; ``counters`` has 2 phases):
     the convolution of ``data``, on the calling thread (``caller``) or on a helper thread
     joining it.
 
     First, where ``padding[0]`` (see :data:`PADDING`), the threads copy ``data`` into
-    ``padded`` with its zero border, a few planes at a time (``counters[2]`` and ``[3]``),
-    and each waits until the copy is whole; the tiles then read ``padded``, else ``data``
+    ``padded`` with its zero border, a few planes at a time (phase 1), and each waits until
+    the copy is whole; the tiles (phase 0) then read ``padded``, else ``data``
     itself. Tiles are numbered image-major, then by strip of ``strip`` tiles along the output
     (whose data stays in cache over every block), then by block of 16 output channels, then
     along the strip (so one block's packed weights stay in cache over its tiles), and
-    claimed ``grain`` at a time (``counters[0]`` and ``[1]``). ``image``: elements per
+    claimed ``grain`` at a time. ``image``: elements per
     padded image; ``length``: output pixels per image; ``channels``: output channels;
     ``flags``: the epilogue (:data:`RESIDUAL`: add ``residual``, shaped as the output;
     :data:`RELU`)."""
@@ -405,7 +417,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     total = (out.shape[0] // (channels * length)) * blocks * tiles
     scratch = np.empty(CHANNELS * PIXELS, np.float32)
     while True:
-        first, last = claim(counters, grain, total)
+        first, last = claim(counters, 0, grain, total)
         if first >= last:
             break
         for job in range(first, last):
@@ -422,11 +434,9 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                   block * CHANNELS, out, o0, length, scratch, full, residual,
                   flags)  # type: ignore[call-arg]  # (typingctx)
             if not full:
-                for p in range(count):
-                    for c in range(kept):
-                        at = o0 + c * length + p
-                        out[at] = _epilogue(scratch[p * CHANNELS + c], residual, at, flags)
-        done(counters, last - first)
+                _from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, residual,
+                              flags)
+        done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)
 
 
@@ -454,7 +464,7 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
     scratch = np.empty(ROWS * SPAN, np.float32)
     nothing = scratch[:0]
     while True:
-        first, last = claim(counters, grain, total)
+        first, last = claim(counters, 0, grain, total)
         if first >= last:
             break
         for job in range(first, last):
@@ -482,9 +492,6 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                 else:
                     _panel(weights, w0, depth, panel, 0, SPAN, bias, block * ROWS, scratch,
                            0, SPAN, nothing, 0)  # type: ignore[call-arg]
-                for r in range(rows):
-                    for p in range(count):
-                        at = o0 + r * length + p
-                        out[at] = _epilogue(scratch[r * SPAN + p], residual, at, flags)
-        done(counters, last - first)
+                _from_scratch(out, o0, length, scratch, rows, count, SPAN, 1, residual, flags)
+        done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)

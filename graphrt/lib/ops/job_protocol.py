@@ -4,11 +4,13 @@ counters, the bell that wakes busy-waiting helpers, and the end of a thread's pa
 A job function (:func:`graphrt.lib.ops.direct_conv.conv_jobs`,
 :func:`~graphrt.lib.ops.direct_conv.pointwise_jobs`,
 :func:`graphrt.lib.ops.pool_kernels.max_pool_jobs`) takes its own arguments, then
-:data:`JOBS`: ``counters`` (``[claimed, done]``, zeroed before the call and shared by every
-thread of it), ``grain`` (jobs claimed at a time), ``bell``, ``caller``, ``call`` and
-``spins``. The calling thread first rings the bell (:func:`ring`: this is call number
-``bell[0]``); every thread then claims jobs with :func:`claim` and counts them done with
-:func:`done` until none is left, and ends with :func:`finish`: the caller waits for every job
+:data:`JOBS`: ``counters`` (jobs claimed and done per phase, ``[claimed, done, ...]``,
+zeroed before the call and shared by every thread of it), ``grain`` (jobs claimed at a
+time), ``bell``, ``caller``, ``call`` and ``spins``. The calling thread first rings the bell
+(:func:`ring`: this is call number ``bell[0]``); every thread then claims jobs with
+:func:`claim` and counts them done with :func:`done` until none is left (a phase before the
+jobs, such as the convolution's padded copy, ends with :func:`wait`), and ends with
+:func:`finish`: the caller waits for every job
 to be done, a helper busy-waits up to ``spins`` looks for the next call's ring. So a helper
 that starts late finds less work or none, and no thread waits for another in Python
 (:mod:`graphrt.lib.ops.host_crew` runs the calls).
@@ -18,9 +20,9 @@ Imported only where numba is installed (through :mod:`graphrt.lib.ops.host_jit`'
 Example:
     >>> import numpy as np
     >>> counters, bell = np.zeros(2, np.int64), np.zeros(1, np.int64)
-    >>> claim(counters, 4, 10), claim(counters, 4, 10), claim(counters, 4, 10)
+    >>> claim(counters, 0, 4, 10), claim(counters, 0, 4, 10), claim(counters, 0, 4, 10)
     ((0, 4), (4, 8), (8, 10))
-    >>> done(counters, 10)
+    >>> done(counters, 0, 10)
     >>> finish(counters, 10, bell, True, 0, 0)
     True
 """
@@ -34,7 +36,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["COUNTERS", "JOBS", "claim", "done", "fetch_add", "finish", "flat", "ring", "wait"]
+__all__ = ["COUNTERS", "JOBS", "claim", "done", "finish", "flat", "ring", "wait"]
 
 
 @intrinsic
@@ -85,25 +87,25 @@ def ring(bell: np.ndarray) -> int:
 _PAIR = types.UniTuple(types.int64, 2)  # type: ignore[no-untyped-call]
 
 
-@numba.njit(_PAIR(COUNTERS, types.int64, types.int64), cache=True, nogil=True)
-def claim(counters: np.ndarray, grain: int, total: int) -> tuple[int, int]:
-    """The next ``grain`` (or fewer) of ``total`` jobs for this thread, ``(first, last)``
-    (``first >= last`` when none is left)."""
-    first: int = fetch_add(counters, 0, grain)  # type: ignore[call-arg]  # (typingctx)
+@numba.njit(_PAIR(COUNTERS, types.int64, types.int64, types.int64), cache=True, nogil=True)
+def claim(counters: np.ndarray, phase: int, grain: int, total: int) -> tuple[int, int]:
+    """The next ``grain`` (or fewer) of the ``total`` jobs of ``phase`` for this thread,
+    ``(first, last)`` (``first >= last`` when none is left)."""
+    first: int = fetch_add(counters, 2 * phase, grain)  # type: ignore[call-arg]  # (typingctx)
     return first, min(first + grain, total)
 
 
-@numba.njit(types.void(COUNTERS, types.int64), cache=True, nogil=True)
-def done(counters: np.ndarray, count: int) -> None:
-    """Count ``count`` claimed jobs as done."""
-    fetch_add(counters, 1, count)  # type: ignore[call-arg]  # (typingctx)
+@numba.njit(types.void(COUNTERS, types.int64, types.int64), cache=True, nogil=True)
+def done(counters: np.ndarray, phase: int, count: int) -> None:
+    """Count ``count`` claimed jobs of ``phase`` as done."""
+    fetch_add(counters, 2 * phase + 1, count)  # type: ignore[call-arg]  # (typingctx)
 
 
 @numba.njit(types.void(COUNTERS, types.int64, types.int64), cache=True, nogil=True)
-def wait(counters: np.ndarray, index: int, value: int) -> None:
-    """Busy-wait until ``counters[index]`` (counted up by other threads) reaches ``value``:
-    the end of a phase every thread must see done before the next one."""
-    while _read(counters, index) < value:  # type: ignore[call-arg]  # (typingctx)
+def wait(counters: np.ndarray, phase: int, total: int) -> None:
+    """Busy-wait until all ``total`` jobs of ``phase`` are done, by any thread: the end of a
+    phase every thread must see before the next one."""
+    while _read(counters, 2 * phase + 1) < total:  # type: ignore[call-arg]  # (typingctx)
         pass
 
 
@@ -115,7 +117,7 @@ def finish(counters: np.ndarray, total: int, bell: np.ndarray, caller: bool, cal
     to be done (returns True); a helper of call number ``call`` busy-waits up to ``spins``
     looks for the next call's ring and returns whether it came."""
     if caller:
-        wait(counters, 1, total)  # a helper finishes its last jobs
+        wait(counters, 0, total)  # a helper finishes its last jobs
         return True
     for _ in range(spins):  # noqa: SIM110 (numba compiles no any() over a generator)
         if _read(bell, 0) > call:  # type: ignore[call-arg]

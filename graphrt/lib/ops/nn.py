@@ -722,7 +722,8 @@ register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_con
 register_op(OpDef(name="conv2d_transpose", attrs=Conv2DTransposeAttrs, arity=None,
                   infer=_infer_conv2d_transpose, compute=_conv2d_transpose))
 register_op(OpDef(name="max_pool2d", attrs=MaxPool2DAttrs, arity=1, infer=_infer_max_pool2d,
-                  compute=_max_pool2d, kernel=max_pool_kernel(_max_pool2d)))
+                  compute=_max_pool2d,
+                  kernel=max_pool_kernel(_pool_windows, _max_pool2d)))
 register_op(OpDef(name="avg_pool2d", attrs=AvgPool2DAttrs, arity=1, infer=_infer_avg_pool2d,
                   compute=_avg_pool2d))
 register_op(OpDef(name="global_avg_pool2d", attrs=NoAttrs, arity=1,

@@ -100,7 +100,7 @@ def max_pool_jobs(x: np.ndarray, out: np.ndarray, planes: int, h: int, w: int, o
     spare = np.empty((2, w), np.float32)  # partial maxima of rows, then of columns
     pairs = np.empty((2, ow), np.float32)
     while True:
-        first, last = claim(counters, grain, total)
+        first, last = claim(counters, 0, grain, total)
         if first >= last:
             break
         for job in range(first, last):
@@ -132,5 +132,5 @@ def max_pool_jobs(x: np.ndarray, out: np.ndarray, planes: int, h: int, w: int, o
                         _max2(into, line, sw, line[dw:], sw)
                     else:
                         _max2(into, pairs[(kx - 1) % 2], 1, line[kx * dw:], sw)
-        done(counters, last - first)
+        done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)

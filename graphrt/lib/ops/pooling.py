@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from math import prod
+from types import ModuleType
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -327,34 +328,42 @@ def window_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None
         >>> out[0, 0].tolist()
         [[5.0, 7.0], [13.0, 15.0]]
     """
-    if not _compiled_max(xp, x, out, windows):
+    kernels = host_jit.pool_kernels() if xp is np else None
+    if not _compiled_max(kernels, x, out, windows):
         window_reduce(xp, x, out, windows, "max")
 
 
-def max_pool_kernel(compute: Compute) -> KernelFactory:
-    """The kernel factory of a max pool op that runs ``compute``: on the host it has the
-    compiled max pool (:func:`window_max`) compiled, or loaded from numba's cache, at
-    ``create()`` rather than on the first run."""
+def max_pool_kernel(windows_of: Callable[[Any], Sequence[AxisWindow]], compute: Compute
+                    ) -> KernelFactory:
+    """The kernel factory of a max pool op whose windows ``windows_of(attrs)`` gives and whose
+    ``compute`` makes the indices where the attrs ask for them: the windows are decided and
+    the compiled max pool (:func:`window_max`) compiled, or loaded from numba's cache, at
+    ``create()``, so that a call only pools."""
     def factory(xp: Any, attrs: Any) -> Callable[..., None]:
-        if xp is np:
-            host_jit.pool_kernels()
+        if getattr(attrs, "indices", False):
+            def with_indices(x: Any, *outputs: Any) -> None:
+                compute(xp, [x], outputs, attrs)
 
-        def kernel(x: Any, *outputs: Any) -> None:
-            compute(xp, [x], outputs, attrs)
+            return with_indices
+        windows = windows_of(attrs)
+        kernels = host_jit.pool_kernels() if xp is np else None
+
+        def kernel(x: Any, out: Any) -> None:
+            if out.size and not _compiled_max(kernels, x, out, windows):
+                window_reduce(xp, x, out, windows, "max")
 
         return kernel
 
     return factory
 
 
-def _compiled_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> bool:
-    """:func:`window_max` through the compiled kernel; False (nothing done) where it does not
-    apply or numba is missing."""
-    if not (xp is np and len(windows) == 2 and x.dtype == np.float32
-            and out.dtype == np.float32 and out.flags.c_contiguous and out.size > 0):
-        return False
-    kernels = host_jit.pool_kernels()
-    if kernels is None:
+def _compiled_max(kernels: ModuleType | None, x: Any, out: Any,
+                  windows: Sequence[AxisWindow]) -> bool:
+    """:func:`window_max` through the compiled ``kernels`` (None: numba is missing or the
+    data is off the host); False (nothing done) where they do not apply."""
+    if not (kernels is not None and len(windows) == 2 and isinstance(x, np.ndarray)
+            and x.dtype == np.float32 and out.dtype == np.float32
+            and out.flags.c_contiguous and out.size > 0):
         return False
     (kh, sh, dh, top), (kw, sw, dw, left) = windows
     planes, (h, w), (oh, ow) = x.shape[0] * x.shape[1], x.shape[2:], out.shape[2:]
@@ -434,7 +443,8 @@ def _lp_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 
 register_op(OpDef(name="max_pool", attrs=MaxPoolAttrs, arity=1, infer=_infer_max_pool,
                   compute=_max_pool, num_outputs=lambda attrs: 2 if attrs.indices else 1,
-                  kernel=max_pool_kernel(_max_pool)))
+                  kernel=max_pool_kernel(lambda attrs: _axis_windows(attrs, len(attrs.kernel)),
+                                         _max_pool)))
 register_op(OpDef(name="avg_pool", attrs=AvgPoolAttrs, arity=1, infer=_infer_avg_pool,
                   compute=_avg_pool))
 register_op(OpDef(name="lp_pool", attrs=LpPoolAttrs, arity=1, infer=_infer_lp_pool,
