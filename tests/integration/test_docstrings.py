@@ -1,0 +1,46 @@
+"""Every docstring example in the package runs and prints what it says (one test per module)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import graphrt
+
+ROOT = Path(__file__).resolve().parents[2]
+NEEDS_CUPY = {"graphrt.devices.cuda_backend"}
+
+
+def modules_with_examples() -> list[str]:
+    names = ["graphrt", *(info.name for info in pkgutil.walk_packages(graphrt.__path__,
+                                                                      "graphrt."))]
+    found = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        if ">>>" in Path(spec.origin).read_text(encoding="utf-8"):
+            found.append(name)
+    return found
+
+
+MODULES = modules_with_examples()
+
+
+def test_the_public_api_modules_have_examples() -> None:
+    for name in ("graphrt", "graphrt.errors", "graphrt.params", "graphrt.executor.module",
+                 "graphrt.lib.library", "graphrt.bundle.bundle", "graphrt.onnx.convert",
+                 "graphrt.contrib.graph_executor", "graphrt.devices"):
+        assert name in MODULES, name
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_run(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if name in NEEDS_CUPY:
+        pytest.importorskip("cupy")
+    monkeypatch.chdir(ROOT)  # examples name files such as examples/graphs/simplex.json
+    failures, _ = doctest.testmod(importlib.import_module(name), report=True)
+    assert failures == 0
