@@ -17,6 +17,7 @@ from typing import Any
 
 from ..devices import Device, backend_for
 from ..errors import GraphFormatError, KernelNotFoundError
+from ..kernels import KernelChain, chain
 from ..lib import FusedFunction, Kernel, Library, Lowering, ShapeFunction, TensorType
 from ..schema import COPY, NOP, Graph, Node
 from ..storage import (
@@ -211,6 +212,7 @@ def _programs(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[NodeProgra
     """
     programs: list[NodeProgram] = []
     missing: dict[str, str] = {}
+    chains: dict[str, KernelChain] = {}
     for node in graph.nodes:
         if node.op == "null" or node.func_name == NOP:
             continue
@@ -227,11 +229,13 @@ def _programs(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[NodeProgra
         eids = (*node.inputs, *node.outputs)
         backend = backend_for(dev)
         if isinstance(found, FusedFunction):
+            kernels = chains.get(dev.kind)
+            if kernels is None:  # one chain per device kind of this graph
+                kernels = chains[dev.kind] = chain(dev.kind, backend.xp)
             lowering = found.lower(
                 _types(graph, node.inputs, node.flatten_data),
-                _types(graph, node.outputs, node.flatten_data), xp=backend.xp,
-                where=node.label, fuse=dev.kind in ("cuda", "cpu"),
-                dynamic=_is_dynamic(graph, node))
+                _types(graph, node.outputs, node.flatten_data), kernels=kernels,
+                where=node.label, fuse=True, dynamic=_is_dynamic(graph, node))
             kernel = lowering.calls[0].kernel if lowering.direct else run_calls
             programs.append(NodeProgram(node.nid, eids, node.flatten_data,
                                         backend.bind_kernel(kernel), lowering))

@@ -39,7 +39,7 @@ from math import isqrt, prod
 from typing import Any
 
 from ..lib import FusedFunction, OpError, TensorType
-from ..lib.ops.blas_threads import blas_held
+from ..kernels.cpu.blas_threads import blas_held
 from ..schema import Graph
 from ..storage import StoragePlan
 from .runner import Failure

@@ -1,10 +1,10 @@
 """Kernel libraries: ``func_name`` (and device type) → kernel or declarative function."""
 
+from ..devices.frozen import derived, freeze, is_frozen
+from ..ops import OPS, OpDef, OpError, TensorType, get_op
 from .declarative import FunctionSpec, FusedFunction, LibrarySpec, StepSpec
-from .frozen import derived, freeze, is_frozen
 from .library import Kernel, Library, LibrarySource, as_library
 from .lowering import LoweredCall, Lowering, Resize
-from .ops import OPS, OpDef, OpError, TensorType, get_op
 from .shape_functions import ShapeFunction, ShapeFunctionFn
 
 __all__ = [

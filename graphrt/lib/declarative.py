@@ -23,16 +23,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import GraphFormatError, describe
 from ..jsondoc import describe_validation_error, read_json
-from .cpu_fusion import fused_runs
-from .epilogues import EpilogueRun, epilogue_runs
-from .fusion import compile_run, elementwise_runs, kernel_source
+from ..kernels import Epilogue, KernelChain, Prepared
+from ..ops import OpDef, OpError, TensorType, epilogue_runs, get_op
 from .lowering import LoweredCall, Lowering
-from .ops import OpDef, OpError, TensorType, get_op
 from .shape_functions import ShapeFunction
 
 __all__ = [
@@ -49,9 +46,9 @@ FORMAT = "graphrt.lib"
 VERSION = 1
 
 Name = str
-Call = tuple[Callable[..., None], tuple[Name, ...], tuple[Name, ...]]
+Call = tuple[Callable[..., None], tuple[Name, ...], tuple[Name, ...], bool]
 """A kernel call of a lowered function: the kernel, its input names, its output names
-(outputs, then workspace)."""
+(outputs, then workspace), whether it may be recorded into a device graph."""
 
 
 class _Model(BaseModel):
@@ -188,18 +185,20 @@ class FusedFunction:
             env.update(zip(step.outputs, step.op.infer(ins, step.attrs, step_data), strict=True))
         return [env[out].shape for out in self.spec.outputs]
 
-    def lower(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType], *, xp: Any,
-              where: str, fuse: bool = False, dynamic: bool = False) -> Lowering:
-        """Specialize for a node: infer and check types, and list the calls and intermediates.
+    def lower(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType], *,
+              kernels: KernelChain, where: str, fuse: bool = False,
+              dynamic: bool = False) -> Lowering:
+        """Specialize for a node: infer and check types, prepare a kernel per step (or per
+        fused run) through the device's provider chain, and list the intermediates.
 
         Nothing is allocated: the executor provides the intermediates' memory.
 
         Args:
             inputs, outputs: the node's entry types, in order (planned shapes when dynamic).
-            xp: the array namespace of the node's device (numpy or cupy).
+            kernels: the provider chain of the node's device (:func:`graphrt.kernels.chain`).
             where: how errors name the node (``"node 5 'fused_add'"``).
-            fuse: fuse runs of elementwise steps into one compiled kernel (a cupy
-                ElementwiseKernel on cuda; a numba loop on cpu, static shapes only).
+            fuse: let the chain fuse runs of elementwise steps into one kernel and an op with
+                the elementwise steps after it (its epilogue), where its providers can.
             dynamic: the node's shapes vary from run to run, up to the planned ones given; the
                 lowering then says how to size the intermediates for each run's shapes.
 
@@ -217,27 +216,30 @@ class FusedFunction:
             if types[out] != expected:
                 raise _fail(self.name, f" at {where}", f"output {describe(out)} is "
                             f"{_show(types[out])} but the graph's entry is {_show(expected)}")
-        workspaces = self._workspaces(types, xp)
-        calls = self._calls(types, workspaces, xp=xp,
-                            fuse=fuse and not (dynamic and xp is np))  # cpu: static only
+        prepared = self._prepare(types, kernels, dynamic)
+        workspaces = _workspaces(prepared)
+        calls = [(p.call, step.inputs, (*step.outputs, *workspace), p.capturable)
+                 for step, p, workspace in zip(self.steps, prepared, workspaces, strict=True)]
+        if fuse:
+            calls = self._fused(calls, types, workspaces, kernels, dynamic)
         slots = {arg: i for i, arg in enumerate((*spec.inputs, *spec.outputs))}
         names: list[Name] = []  # the intermediates, in slot order
-        for _, _, outs in calls:
+        for _, _, outs, _ in calls:
             for out in outs:
                 if out not in slots:
                     slots[out] = len(slots)
                     names.append(out)
-        lowered = tuple(LoweredCall(kernel, tuple(slots[a] for a in (*ins, *outs)))
-                        for kernel, ins, outs in calls)
+        lowered = tuple(LoweredCall(kernel, tuple(slots[a] for a in (*ins, *outs)), capturable)
+                        for kernel, ins, outs, capturable in calls)
         lifetimes = []
         for name in names:
-            used = [i for i, (_, ins, outs) in enumerate(calls) if name in ins or name in outs]
+            used = [i for i, (_, ins, outs, _) in enumerate(calls) if name in ins or name in outs]
             lifetimes.append((used[0], used[-1]))
         resize = None
         if dynamic and names:
             def intermediates(actual: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
                 found = self._types(actual, where)
-                for workspace in self._workspaces(found, xp):
+                for workspace in _workspaces(self._prepare(found, kernels, dynamic)):
                     found.update(workspace)
                 return tuple(found[name] for name in names)
 
@@ -257,73 +259,48 @@ class FusedFunction:
                              strict=True))
         return types
 
-    def _workspaces(self, types: dict[Name, TensorType], xp: Any
-                    ) -> list[dict[Name, TensorType]]:
-        """Per step, the workspace its op declares (:data:`graphrt.lib.ops.base.Workspace`) by
-        name: intermediates that live for that one call, passed after its outputs."""
+    def _prepare(self, types: dict[Name, TensorType], kernels: KernelChain,
+                 dynamic: bool) -> list[Prepared]:
+        """Each step's kernel, prepared by the chain at these types (the reference where no
+        other provider has one)."""
         found = []
-        for index, step in enumerate(self.steps):
-            declare = step.op.workspace
-            arrays = declare(xp, [types[a] for a in step.inputs], step.attrs) if declare else []
-            found.append({f"\0workspace {index}.{k}": t for k, t in enumerate(arrays)})
+        for step in self.steps:
+            prepared = kernels.prepare(step.op, step.attrs, [types[a] for a in step.inputs],
+                                       [types[a] for a in step.outputs], dynamic=dynamic)
+            assert prepared is not None  # the reference answers every op it supports
+            found.append(prepared)
         return found
 
-    def _calls(self, types: dict[Name, TensorType], workspaces: list[dict[Name, TensorType]],
-               *, fuse: bool, xp: Any) -> list[Call]:
-        """The kernel calls a lowered function makes: one per step, or per fused elementwise
-        run, or per op with its epilogue (cpu), each a positional kernel over its input and
-        output names (outputs followed by the step's workspace)."""
-        calls = [(step.op.positional(xp, step.attrs, len(step.inputs)), step.inputs,
-                  (*step.outputs, *workspace))
-                 for step, workspace in zip(self.steps, workspaces, strict=True)]
-        if not fuse:
-            return calls
-        info = [(step.op.elementwise, step.inputs, step.outputs) for step in self.steps]
-        if xp is np:  # cpu: epilogues, then each elementwise run one numba loop
-            merged = self._epilogues(types, workspaces, xp)
-            taken = {k for first, last, _ in merged for k in range(first, last + 1)}
-            rest = [(None if k in taken else e, ins, outs) for k, (e, ins, outs) in
-                    enumerate(info)]  # what an epilogue took joins no run
-            merged += [(run.first, run.last, (kernel, run.inputs, (run.output,)))
-                       for run, kernel in fused_runs(rest, set(self.spec.outputs), types)]
-            for first, last, call in sorted(merged, key=lambda m: m[0], reverse=True):
-                calls[first : last + 1] = [call]
-            return calls
-        for run in reversed(elementwise_runs(info, set(self.spec.outputs))):
-            try:
-                source = kernel_source(run, info, types)
-            except ValueError:  # a dtype CUDA code cannot name: leave these steps unfused
-                continue
-            calls[run.first : run.last + 1] = [
-                (compile_run(xp, source), run.inputs, (run.output,))]
-        return calls
-
-    def _epilogues(self, types: dict[Name, TensorType],
-                   workspaces: list[dict[Name, TensorType]], xp: Any
-                   ) -> list[tuple[int, int, Call]]:
-        """Steps that run as one op with its epilogue (:mod:`graphrt.lib.epilogues`): per
-        run, its first and last step and the call replacing them. An op that can take one
-        but has none after it runs through the same factory with an empty epilogue, which
-        prepares its call at these types once, here, instead of on every call."""
+    def _fused(self, calls: list[Call], types: dict[Name, TensorType],
+               workspaces: list[dict[Name, TensorType]], kernels: KernelChain,
+               dynamic: bool) -> list[Call]:
+        """``calls`` with each op that takes the steps after it as its epilogue, then each
+        run of elementwise steps, replaced by one call where the chain has a kernel for it."""
         steps = self.steps
-        runs = epilogue_runs([(s.op.name, s.inputs, s.outputs) for s in steps],
-                             set(self.spec.outputs), types,
-                             lambda k: steps[k].op.epilogue is not None)
-        taken = {k for run in runs for k in range(run.first, run.last + 1)}
-        runs += [EpilogueRun(k, k, None, False, step.outputs[0]) for k, step in enumerate(steps)
-                 if step.op.epilogue is not None and len(step.outputs) == 1 and k not in taken]
-        found = []
+        exported = set(self.spec.outputs)
+        runs = epilogue_runs([(s.op.name, s.inputs, s.outputs) for s in steps], exported, types,
+                             lambda k: kernels.takes_epilogue(steps[k].op))
+        merged: list[tuple[int, int, Call]] = []
         for run in runs:
             step = steps[run.first]
-            factory = step.op.epilogue
-            assert factory is not None
-            kernel = factory(xp, step.attrs, [types[a] for a in step.inputs],
-                             run.residual is not None, run.relu)
-            if kernel is not None:
+            prepared = kernels.prepare(step.op, step.attrs, [types[a] for a in step.inputs],
+                                       [types[run.output]],
+                                       Epilogue(run.residual is not None, run.relu),
+                                       dynamic=dynamic)
+            if prepared is not None:
                 extra = () if run.residual is None else (run.residual,)
-                found.append((run.first, run.last, (kernel, (*step.inputs, *extra),
-                                                    (run.output, *workspaces[run.first]))))
-        return found
+                merged.append((run.first, run.last, (
+                    prepared.call, (*step.inputs, *extra), (run.output, *workspaces[run.first]),
+                    prepared.capturable)))
+        taken = {k for first, last, _ in merged for k in range(first, last + 1)}
+        rest = [(None if k in taken else s.op.elementwise, s.inputs, s.outputs)
+                for k, s in enumerate(steps)]  # what an epilogue took joins no run
+        merged += [(run.first, run.last, (kernel, run.inputs, (run.output,), True))
+                   for run, kernel in kernels.fuse(rest, exported, types, dynamic=dynamic)]
+        calls = list(calls)
+        for first, last, call in sorted(merged, key=lambda m: m[0], reverse=True):
+            calls[first : last + 1] = [call]
+        return calls
 
     def _infer(self, step: _Step, types: dict[Name, TensorType],
                declared: dict[Name, TensorType], where: str) -> list[TensorType]:
@@ -340,6 +317,13 @@ class FusedFunction:
             shown = ", ".join(_show(t) for t in in_types)
             raise _fail(self.name, f"{step.label} at {where}", f"{err} (inputs: {shown})"
                         ) from None
+
+
+def _workspaces(prepared: Sequence[Prepared]) -> list[dict[Name, TensorType]]:
+    """Per step, its kernel's workspace by name: intermediates that live for that one call,
+    passed after its outputs."""
+    return [{f"\0workspace {index}.{k}": t for k, t in enumerate(p.workspace)}
+            for index, p in enumerate(prepared)]
 
 
 def _show(tensor: TensorType) -> str:

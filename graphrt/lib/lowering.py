@@ -3,7 +3,7 @@
 The lib never allocates. :meth:`FusedFunction.lower` returns a :class:`Lowering`: the calls
 (each a positional kernel and the indices of the arrays it takes), the types of the
 intermediates, and when each intermediate is first written and last read. An op's workspace
-(:data:`graphrt.lib.ops.base.Workspace`, e.g. a convolution's im2col) is an intermediate written
+(:attr:`graphrt.kernels.Prepared.workspace`, e.g. a convolution's im2col) is an intermediate written
 and last read by its one call, passed after that call's outputs. The executor plans
 the intermediates as scratch memory (reused across nodes, and within a node by those
 lifetimes), binds the calls to its arrays once, and counts the scratch in ``memory()``, the
@@ -13,13 +13,14 @@ Array indices count the node's inputs, then its outputs, then the intermediates.
 
 Example:
     >>> import numpy as np
+    >>> from graphrt.kernels import chain
     >>> from graphrt.lib import Library, TensorType
     >>> lib = Library()
     >>> fn = lib.define("add_relu", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
     ...     {"op": "add", "inputs": ["a", "b"], "outputs": ["t"]},
     ...     {"op": "relu", "inputs": ["t"], "outputs": ["y"]}]})
     >>> f32 = TensorType((4,), "float32")
-    >>> lowering = fn.lower([f32, f32], [f32], xp=np, where="node 2")
+    >>> lowering = fn.lower([f32, f32], [f32], kernels=chain("sim", np), where="node 2")
     >>> lowering.intermediates, [call.args for call in lowering.calls]
     ((TensorType(shape=(4,), dtype='float32'),), [(0, 1, 3), (3, 2)])
 """
@@ -32,7 +33,7 @@ from math import prod
 
 import numpy as np
 
-from .ops import TensorType
+from ..ops import TensorType
 
 __all__ = ["LoweredCall", "Lowering", "Resize"]
 
@@ -43,10 +44,12 @@ intermediates' types at those shapes (a node with dynamic shapes only)."""
 
 @dataclass(frozen=True)
 class LoweredCall:
-    """One kernel call: ``kernel(*arrays[i] for i in args)``."""
+    """One kernel call: ``kernel(*arrays[i] for i in args)``; ``capturable``: its kernel's
+    work may be recorded into a device graph (:attr:`graphrt.kernels.Prepared.capturable`)."""
 
     kernel: Callable[..., None]
     args: tuple[int, ...]
+    capturable: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,11 @@ class Lowering:
     intermediates: tuple[TensorType, ...]
     lifetimes: tuple[tuple[int, int], ...]
     resize: Resize | None = None
+
+    @property
+    def capturable(self) -> bool:
+        """Every call's kernel may be recorded into a device graph."""
+        return all(call.capturable for call in self.calls)
 
     @property
     def direct(self) -> bool:

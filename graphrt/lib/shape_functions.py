@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .ops import OpError, TensorType
+from ..ops import OpError, TensorType
 
 __all__ = ["ShapeFunction", "ShapeFunctionFn"]
 

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from ..errors import ConversionError
-from ..lib.ops import OpError, TensorType, get_op
+from ..ops import OpError, TensorType, get_op
 
 __all__ = ["Builder", "Step", "TensorType"]
 

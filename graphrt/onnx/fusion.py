@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..lib.ops import OPS
+from ..ops import OPS
 from .builder import Builder, Step
 
 __all__ = ["MAX_GROUP", "Pattern", "fold_batch_norms", "fuse_steps", "op_pattern"]
@@ -75,7 +75,7 @@ _PATTERNS: dict[str, Pattern] = {
 def op_pattern(op: str) -> Pattern:
     """The fusion pattern of standard op ``op``.
 
-    Ops not in the table are elementwise when their :class:`~graphrt.lib.ops.OpDef` has an
+    Ops not in the table are elementwise when their :class:`~graphrt.ops.OpDef` has an
     elementwise body, else opaque (never fused).
 
     Example:

@@ -1,7 +1,7 @@
 """Placement of converted steps on device types, and the report of what was decided.
 
 Each step goes to the first of the preferred device types whose kernels implement its
-standard op (:attr:`graphrt.lib.ops.OpDef.devices`; None means every device), unless the
+standard op (:func:`graphrt.kernels.supports`: ONNX Runtime's GetCapability), unless the
 caller sends its ONNX node (by name) or every node of its ONNX op type elsewhere. Placement
 runs before fusion, so fused groups never cross devices; ``emit`` inserts a ``__copy`` node
 wherever a value is read on another device than the one it is made on.
@@ -14,7 +14,8 @@ from typing import Any
 
 from ..devices.base import KIND_CODES
 from ..errors import ConversionError
-from ..lib.ops import get_op
+from ..kernels import supports
+from ..ops import get_op
 from .builder import Builder
 from .emit import EmittedNode
 
@@ -46,8 +47,7 @@ def check_devices(devices: Sequence[str] | None) -> list[str] | None:
 
 
 def _implements(op: str, kind: str) -> bool:
-    supported = get_op(op).devices
-    return supported is None or kind in supported
+    return supports(kind, get_op(op))
 
 
 def place_steps(b: Builder, devices: Sequence[str], overrides: Mapping[str, str],

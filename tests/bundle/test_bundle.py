@@ -47,7 +47,8 @@ def test_one_bundle_creates_many_modules_on_several_devices(tmp_path: Path, kind
     inputs = model_parts("mlp")[3]
     on_cpu = bundle.create("cpu")(**inputs)[0]
     on_sim = bundle.create(graphrt.sim(0))(**inputs)[0]
-    assert np.array_equal(on_cpu, np.asarray(on_sim))
+    # sim runs the ops' references, cpu its compiled softmax: equal within rounding
+    np.testing.assert_allclose(on_cpu, np.asarray(on_sim), rtol=1e-6)
 
 
 @pytest.mark.parametrize("kind", KINDS)

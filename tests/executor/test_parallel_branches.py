@@ -18,7 +18,7 @@ from graphrt.executor.parallel import (
     describe_plan,
     function_flops,
 )
-from graphrt.lib.ops.blas_threads import blas_held
+from graphrt.kernels.cpu.blas_threads import blas_held
 
 N = 24  # small matrices: BLAS runs them on one thread, so both runs are bitwise alike
 BRANCHES = 4

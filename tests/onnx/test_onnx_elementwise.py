@@ -25,8 +25,8 @@ from builders import GraphBuilder
 from ops_harness import run_op
 
 import graphrt
-from graphrt.lib.fusion import _C_TYPES
-from graphrt.lib.ops import OPS, OpError, TensorType, activations, get_op
+from graphrt.kernels.cuda.elementwise import _C_TYPES
+from graphrt.ops import OPS, OpError, TensorType, activations, get_op
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

@@ -11,7 +11,7 @@ from ops_harness import run_op
 
 import graphrt
 from graphrt.errors import ConversionError
-from graphrt.lib.ops import OpError
+from graphrt.ops import OpError
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

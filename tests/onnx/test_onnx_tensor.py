@@ -16,7 +16,7 @@ from ops_harness import run_op
 
 import graphrt
 from graphrt.errors import ConversionError
-from graphrt.lib.ops import OpError, TensorType, get_op
+from graphrt.ops import OpError, TensorType, get_op
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

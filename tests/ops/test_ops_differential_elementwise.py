@@ -26,7 +26,7 @@ import pytest
 from differential_harness import OPSET, assert_close, run_kernel
 
 import graphrt
-from graphrt.lib.ops import TensorType, get_op
+from graphrt.ops import TensorType, get_op
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -772,7 +772,7 @@ def run_strided(name: str, ins: list[np.ndarray], attrs: dict[str, Any]) -> np.n
 
 
 def test_every_op_has_a_row() -> None:
-    from graphrt.lib.ops import OPS
+    from graphrt.ops import OPS
 
     mine = {n for n, o in OPS.items()
             if o.compute.__module__.endswith(("elementwise", "activations"))}

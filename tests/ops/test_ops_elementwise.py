@@ -12,7 +12,7 @@ import pytest
 from ops_harness import run_op
 
 import graphrt
-from graphrt.lib.ops import OPS, OpError, TensorType, elementwise, get_op
+from graphrt.ops import OPS, OpError, TensorType, elementwise, get_op
 
 DEVICES = [graphrt.cpu(0), graphrt.sim(0)]
 device_param = pytest.mark.parametrize("device", DEVICES, ids=str)

@@ -12,7 +12,7 @@ from ops_harness import run_op
 from pydantic import ValidationError
 
 import graphrt
-from graphrt.lib.ops import OpError, TensorType, get_op
+from graphrt.ops import OpError, TensorType, get_op
 
 DEVICES = [pytest.param(graphrt.cpu(0), id="cpu"), pytest.param(graphrt.sim(0), id="sim")]
 RNG = np.random.default_rng(1234)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ops_harness import run_op
 
 import graphrt
-from graphrt.lib.ops import OpError
+from graphrt.ops import OpError
 
 DEVICES = [pytest.param(graphrt.cpu(0), id="cpu"), pytest.param(graphrt.sim(0), id="sim")]
 F16 = np.float16

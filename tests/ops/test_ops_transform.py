@@ -9,7 +9,7 @@ import pytest
 from ops_harness import run_op
 
 import graphrt
-from graphrt.lib.ops import OpError, TensorType, get_op
+from graphrt.ops import OpError, TensorType, get_op
 
 DEVICES = [graphrt.cpu(0), graphrt.sim(0)]
 TRANSFORM_OPS = ["reshape", "transpose", "flatten", "expand_dims", "squeeze", "concatenate",

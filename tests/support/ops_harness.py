@@ -8,7 +8,7 @@ import numpy as np
 
 import graphrt
 from graphrt.devices import backend_for, copier
-from graphrt.lib.ops import TensorType, get_op
+from graphrt.ops import TensorType, get_op
 
 
 def on_device(array: np.ndarray, device: graphrt.Device) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...lib.ops import OpError, TensorType, get_op
+from ...ops import OpError, TensorType, get_op
 from ..builder import Builder
 from ..model import OnnxNode, dtype_name
 from ..registry import converter

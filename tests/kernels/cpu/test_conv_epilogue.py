@@ -1,6 +1,6 @@
 """A convolution's epilogue (+ residual, relu) applied as the direct kernels store their
-results (graphrt.lib.epilogues, conv_epilogue), the declarative functions that fuse into it,
-and BLAS held to one thread (graphrt.lib.ops.blas_threads)."""
+results (graphrt.ops.patterns, conv_epilogue), the declarative functions that fuse into it,
+and BLAS held to one thread (graphrt.kernels.cpu.blas_threads)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from builders import GraphBuilder
 from threadpoolctl import threadpool_info
 
 import graphrt
+from graphrt.kernels import NO_EPILOGUE, chain
+from graphrt.kernels.cpu import provider
+from graphrt.kernels.cpu.blas_threads import blas_held
+from graphrt.kernels.cpu.conv import conv_epilogue, run_conv
 from graphrt.lib import Library, TensorType
-from graphrt.lib.epilogues import EpilogueRun, epilogue_runs
-from graphrt.lib.ops import base
-from graphrt.lib.ops.blas_threads import blas_held
-from graphrt.lib.ops.convolution import conv_epilogue, run_conv
+from graphrt.ops import get_op
+from graphrt.ops.patterns import EpilogueRun, epilogue_runs
 
 pytest.importorskip("numba")
 
@@ -129,8 +131,8 @@ def test_a_resnet_block_lowers_to_one_call_and_runs_as_on_sim(relu_first: bool) 
     graph, lib = _block(relu_first)
     f32 = [TensorType(s, "float32") for s in ((2, 16, 10, 10), (24, 16, 3, 3), (24,),
                                               (2, 24, 10, 10))]
-    lowering = lib.resolve("block", "cpu").lower(f32, [f32[3]], xp=np, where="node 4",
-                                                 fuse=True)
+    lowering = lib.resolve("block", "cpu").lower(f32, [f32[3]], kernels=chain("cpu", np),
+                                                 where="node 4", fuse=True)
     # conv with + residual and relu in its store; relu first: conv with relu, then the add
     assert len(lowering.calls) == (2 if relu_first else 1)
     feeds = {"x": RNG.standard_normal((2, 16, 10, 10)).astype(np.float32),
@@ -138,11 +140,13 @@ def test_a_resnet_block_lowers_to_one_call_and_runs_as_on_sim(relu_first: bool) 
              "b": RNG.standard_normal(24).astype(np.float32),
              "r": RNG.standard_normal((2, 24, 10, 10)).astype(np.float32)}
     results = []
-    for device in (graphrt.cpu(0), graphrt.sim(0)):  # sim: step by step
+    for device in (graphrt.cpu(0), graphrt.sim(0)):  # sim: step by step, the reference
         mod = graphrt.create(graph, lib, device)
         mod.run(**feeds)
         results.append(mod.get_output(0, np.empty((2, 24, 10, 10), np.float32)))
-    np.testing.assert_array_equal(*results)
+    # sim runs the reference (im2col + GEMM), not the cpu's compiled kernels: same values,
+    # summed in another order
+    np.testing.assert_allclose(*results, rtol=1e-5, atol=1e-4)
 
 
 def _blas_threads() -> list[int]:
@@ -161,21 +165,43 @@ def test_blas_held_takes_the_lowest_limit_and_restores_the_count_at_the_last_exi
     assert _blas_threads() == before
 
 
-def test_a_small_gemm_runs_on_one_blas_thread_while_the_helpers_are_busy(
+def test_a_small_gemm_runs_on_one_blas_thread_in_a_graph_with_compiled_convolutions(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The BLAS thread policy is the compiled graph's, decided at create(): a graph whose
+    convolutions run on the helper threads runs its small GEMMs on one BLAS thread."""
+    from graphrt.ops import nn
+
     seen: list[list[int]] = []
-    real = base._matmul
+    real = nn.matmul
 
-    def spy(*args: Any) -> Any:
+    def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(_blas_threads())
-        return real(*args)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(base, "_matmul", spy)
+    monkeypatch.setattr(nn, "matmul", spy)
     before = _blas_threads()
     a, b = np.ones((4, 64), np.float32), np.ones((64, 8), np.float32)
-    monkeypatch.setattr(base, "quiet_helpers", lambda: True)  # a convolution just ran
-    np.testing.assert_array_equal(base.matmul(np, a, b), a @ b)
-    monkeypatch.setattr(base, "quiet_helpers", lambda: False)
-    base.matmul(np, a, b)
+    op = get_op("matmul")
+    types = [TensorType((4, 64), "float32"), TensorType((64, 8), "float32")]
+    for crew in (True, False):  # a graph with compiled convolutions, then one without
+        cpu = provider.CpuProvider()
+        cpu.crew = crew
+        prepared = cpu.prepare(op, op.attrs(), types, [TensorType((4, 8), "float32")],
+                               NO_EPILOGUE, dynamic=False, xp=np)
+        assert prepared is not None
+        out = np.empty((4, 8), np.float32)
+        prepared.call(a, b, out)
+        np.testing.assert_array_equal(out, a @ b)
     assert seen == [[1] * len(before), before]
     assert _blas_threads() == before
+
+
+def test_preparing_a_compiled_convolution_sets_the_graphs_blas_policy() -> None:
+    kernels = chain("cpu", np)
+    cpu = kernels.providers[0]
+    assert isinstance(cpu, provider.CpuProvider) and not cpu.crew
+    f32 = [TensorType(s, "float32") for s in ((1, 8, 6, 6), (16, 8, 3, 3))]
+    op = get_op("conv2d")
+    prepared = kernels.prepare(op, op.attrs.model_validate({"padding": [1, 1, 1, 1]}), f32,
+                               [TensorType((1, 16, 6, 6), "float32")])
+    assert prepared is not None and prepared.provider == "cpu" and cpu.crew

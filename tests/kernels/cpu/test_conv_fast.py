@@ -13,9 +13,10 @@ from builders import GraphBuilder
 from ops_harness import run_op
 
 import graphrt
+from graphrt.kernels import chain
 from graphrt.lib import Library
-from graphrt.lib.ops import TensorType, get_op
-from graphrt.lib.ops.convolution import conv_plan
+from graphrt.ops import TensorType, get_op
+from graphrt.ops.convolution import conv_plan
 
 RNG = np.random.default_rng(14)
 
@@ -176,7 +177,7 @@ def test_the_lowering_plans_the_workspace_for_its_call_only() -> None:
     ins = [TensorType((4, 6, 8, 8), f32), TensorType((6, 3, 3, 3), f32),
            TensorType((6,), f32)]
     out = TensorType((4, 6, 8, 8), f32)
-    lowering = fn.lower(ins, [out], xp=np, where="node 3")
+    lowering = fn.lower(ins, [out], kernels=chain("cpu", np), where="node 3")
     op = get_op("conv2d")
     declared = op.workspace(np, ins, op.attrs.model_validate({"padding": [1] * 4,
                                                               "groups": 2}))

@@ -1,4 +1,4 @@
-"""Compiled elementwise fusion on cpu (graphrt.lib.cpu_fusion, numba): results against the
+"""Compiled elementwise fusion on cpu (graphrt.kernels.cpu.loops, numba): results against the
 numpy path, broadcasting, dtypes, the fallback without numba and the disk cache."""
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 import graphrt
-from graphrt.lib import Library, TensorType, cpu_fusion
-from graphrt.lib.fusion import elementwise_runs
+from graphrt.kernels import chain
+from graphrt.kernels.cpu import loops as cpu_fusion
+from graphrt.lib import Library, TensorType
 from graphrt.lib.lowering import Lowering
+from graphrt.ops import elementwise_runs
 
 pytest.importorskip("numba")
 
@@ -53,8 +55,8 @@ def _both(body: list[tuple[str, list[str], str]], inputs: dict[str, np.ndarray[A
     fn = _function(body, list(inputs))
     types = [TensorType(a.shape, str(a.dtype)) for a in inputs.values()]
     out = fn._types([*types, types[0]], "test")[body[-1][2]]
-    fused = fn.lower(types, [out], xp=np, where="test", fuse=True)
-    plain = fn.lower(types, [out], xp=np, where="test", fuse=False)
+    fused = fn.lower(types, [out], kernels=chain("cpu", np), where="test", fuse=True)
+    plain = fn.lower(types, [out], kernels=chain("cpu", np), where="test", fuse=False)
     arrays = list(inputs.values())
     return _run(fused, arrays, out), _run(plain, arrays, out), len(fused.calls)
 
@@ -170,7 +172,8 @@ def test_two_step_runs_without_math_are_left_to_numpy() -> None:
 def test_dynamic_nodes_are_not_fused_on_cpu() -> None:
     fn = _function(ARITHMETIC, list("abcd"))
     f32 = TensorType((2, 3), "float32")
-    lowering = fn.lower([f32] * 4, [f32], xp=np, where="test", fuse=True, dynamic=True)
+    lowering = fn.lower([f32] * 4, [f32], kernels=chain("cpu", np), where="test", fuse=True,
+                        dynamic=True)
     assert len(lowering.calls) == 4
 
 
@@ -237,7 +240,7 @@ def test_without_numba_the_numpy_path_is_taken_and_logged_once(
     monkeypatch.setattr(builtins, "__import__", no_numba)
     monkeypatch.setattr(cpu_fusion, "_LOADED", {})
     monkeypatch.setattr(cpu_fusion, "_LOGGED", set())
-    with caplog.at_level(logging.INFO, logger="graphrt.lib.cpu_fusion"):
+    with caplog.at_level(logging.INFO, logger="graphrt.kernels.cpu.loops"):
         for _ in range(2):
             fused, plain, calls = _both(ARITHMETIC, _arithmetic_inputs("float32", ((3,),) * 4))
             assert calls == 4 and np.array_equal(fused, plain)
@@ -253,7 +256,7 @@ def test_an_unusable_cache_dir_falls_back_with_a_reason(
     monkeypatch.setenv("GRAPHRT_CACHE_DIR", str(blocker / "cache"))
     monkeypatch.setattr(cpu_fusion, "_LOADED", {})
     monkeypatch.setattr(cpu_fusion, "_LOGGED", set())
-    with caplog.at_level(logging.INFO, logger="graphrt.lib.cpu_fusion"):
+    with caplog.at_level(logging.INFO, logger="graphrt.kernels.cpu.loops"):
         _, _, calls = _both(ARITHMETIC, _arithmetic_inputs("float64", ((3,),) * 4))
     assert calls == 4
     assert "could not compile" in caplog.records[0].getMessage()
@@ -269,14 +272,16 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
 
 _CHILD = """
 import numpy as np
-from graphrt.lib import Library, TensorType, cpu_fusion
-from graphrt.lib.fusion import elementwise_runs
+from graphrt.kernels import chain
+from graphrt.kernels.cpu import loops as cpu_fusion
+from graphrt.lib import Library, TensorType
+from graphrt.ops import elementwise_runs
 fn = Library().define("f", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
     {"op": "add", "inputs": ["a", "b"], "outputs": ["t"]},
     {"op": "exp", "inputs": ["t"], "outputs": ["u"]},
     {"op": "multiply", "inputs": ["u", "b"], "outputs": ["y"]}]})
 f32 = TensorType((7,), "float32")
-(call,) = fn.lower([f32, f32], [f32], xp=np, where="child", fuse=True).calls
+(call,) = fn.lower([f32, f32], [f32], kernels=chain("cpu", np), where="child", fuse=True).calls
 print(sum(call.kernel.stats.cache_hits.values()), sum(call.kernel.stats.cache_misses.values()))
 """
 

@@ -16,11 +16,14 @@ import pytest
 from ops_harness import run_op
 
 import graphrt
-from graphrt.lib.ops import pooling
-from graphrt.lib.ops.base import get_op
-from graphrt.lib.ops.normalization import NormalizeAttrs, normalize
-from graphrt.lib.ops.pooling import window_reduce
-from graphrt.lib.ops.reductions import ROW_SUM_MAX, row_sums
+from graphrt.kernels import chain
+from graphrt.kernels.cpu import pool as pooling
+from graphrt.ops import TensorType
+from graphrt.ops import pooling as reference_pooling
+from graphrt.ops.base import get_op
+from graphrt.ops.normalization import NormalizeAttrs, normalize
+from graphrt.ops.pooling import window_reduce
+from graphrt.ops.reductions import ROW_SUM_MAX, row_sums
 
 RNG = np.random.default_rng(14)
 
@@ -115,7 +118,7 @@ def test_chunked_window_reduce_equals_one_pass(kind: Any, monkeypatch: pytest.Mo
     windows = [(3, 2, 1, 1), (2, 2, 2, 0)]
     whole, chunked = np.empty((3, 5, 5, 5), np.float32), np.empty((3, 5, 5, 5), np.float32)
     window_reduce(np, x, whole, windows, kind)
-    monkeypatch.setattr(pooling, "CHUNK_BYTES", x[0, 0].nbytes * 4)  # 4 planes a chunk
+    monkeypatch.setattr(reference_pooling, "CHUNK_BYTES", x[0, 0].nbytes * 4)  # 4 planes a chunk
     window_reduce(np, x, chunked, windows, kind)
     np.testing.assert_array_equal(whole, chunked)
     strided = np.empty((3, 5, 5, 10), np.float32)[..., ::2]  # not contiguous: one pass
@@ -186,7 +189,7 @@ def test_the_max_pool_takes_the_numpy_path_where_the_kernel_does_not_apply(
     np.testing.assert_array_equal(strided, want)
     assert called
     called.clear()
-    monkeypatch.setattr(pooling.host_jit, "pool_kernels", lambda: None)  # no numba
+    monkeypatch.setattr(pooling.jit, "pool_kernels", lambda: None)  # no numba
     got = np.empty_like(want)
     pooling.window_max(np, x, got, windows)
     np.testing.assert_array_equal(got, want)
@@ -197,12 +200,14 @@ def test_the_max_pool_takes_the_numpy_path_where_the_kernel_does_not_apply(
 def test_the_compiled_max_pool_is_loaded_at_create_not_on_the_first_run(
         op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     loads: list[str] = []
-    real = pooling.host_jit.pool_kernels
-    monkeypatch.setattr(pooling.host_jit, "pool_kernels", lambda: loads.append(op) or real())
+    real = pooling.jit.pool_kernels
+    monkeypatch.setattr(pooling.jit, "pool_kernels", lambda: loads.append(op) or real())
     attrs = {"pool_size": [2, 2]} if op == "max_pool2d" else {"kernel": [2, 2],
                                                                "strides": [2, 2]}
-    kernel = get_op(op).positional(np, get_op(op).attrs(**attrs), 1)
-    assert loads == [op]
+    types = [TensorType((1, 2, 4, 4), "float32")], [TensorType((1, 2, 2, 2), "float32")]
+    prepared = chain("cpu", np).prepare(get_op(op), get_op(op).attrs(**attrs), *types)
+    assert loads == [op] and prepared is not None
+    kernel = prepared.call
     x = RNG.standard_normal((1, 2, 4, 4)).astype(np.float32)
     out = np.empty((1, 2, 2, 2), np.float32)
     kernel(x, out)

@@ -1,4 +1,4 @@
-"""The compiled row kernels of layer_norm and softmax on the host (graphrt.lib.ops.host_jit,
+"""The compiled row kernels of layer_norm and softmax on the host (graphrt.kernels.cpu.jit,
 row_kernels): accuracy against float64 references, special values, any layout giving the same
 bits, and the numpy path without numba."""
 
@@ -10,18 +10,31 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graphrt.lib.ops import get_op, host_jit
+from graphrt.kernels import chain
+from graphrt.kernels.cpu import jit as host_jit
+from graphrt.ops import TensorType, get_op
 
 pytest.importorskip("numba")
 
-from graphrt.lib.ops import row_kernels
+from graphrt.kernels.cpu import row_kernels
 
 RNG = np.random.default_rng(7)
 
 
 def _op(name: str, **attrs: Any) -> Any:
+    """The op as the cpu runs it: prepared by the cpu's provider chain at its call's types,
+    as create() prepares it for a node of those types."""
     op = get_op(name)
-    return op.positional(np, op.attrs(**attrs), 1 if name == "softmax" else 3)
+    parsed = op.attrs(**attrs)
+    count = 1 if name == "softmax" else 3
+
+    def kernel(*arrays: np.ndarray) -> None:
+        types = [TensorType(a.shape, str(a.dtype)) for a in arrays]
+        prepared = chain("cpu", np).prepare(op, parsed, types[:count], types[count:])
+        assert prepared is not None
+        prepared.call(*arrays)
+
+    return kernel
 
 
 def _softmax64(x: np.ndarray) -> np.ndarray:
@@ -109,7 +122,7 @@ def test_without_numba_the_numpy_path_is_taken_and_logged(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("GRAPHRT_JIT", "0")
     monkeypatch.setattr(host_jit, "_LOGGED", set())
-    with caplog.at_level(logging.INFO, logger="graphrt.lib.ops.host_jit"):
+    with caplog.at_level(logging.INFO, logger="graphrt.kernels.cpu.jit"):
         assert host_jit.row_kernels() is None
         kernel = _op("softmax", axis=-1)
     assert "GRAPHRT_JIT=0" in caplog.text

@@ -166,7 +166,7 @@ def test_example_models_on_cuda_match_numpy(gpu: graphrt.Device) -> None:
 def test_elementwise_chain_is_one_fused_launch(gpu: graphrt.Device) -> None:
     from builders import GraphBuilder
 
-    from graphrt.lib import fusion
+    from graphrt.kernels.cuda import elementwise as fusion
 
     lib = graphrt.Library()
     lib.define("chain", {"inputs": ["a", "b"], "outputs": ["y"], "body": [

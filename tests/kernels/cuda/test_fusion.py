@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from graphrt.lib.fusion import ElementwiseRun, elementwise_runs, kernel_source
-from graphrt.lib.ops import TensorType
+from graphrt.kernels.cuda.elementwise import kernel_source
+from graphrt.ops import ElementwiseRun, TensorType, elementwise_runs
 
 F32 = TensorType((4, 3), "float32")
 

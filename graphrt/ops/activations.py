@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import Attrs, KernelFactory, OpDef, OpError, TensorType, broadcast, register_op
+from .base import Attrs, Direct, OpDef, OpError, TensorType, broadcast, register_op
 
 __all__ = [
     "FLOATS",
@@ -128,8 +128,7 @@ def _check(name: str, index: int, tensor: TensorType, allowed: frozenset[str]) -
 
 def _register(name: str, attrs: type[Attrs], arity: int, infer: Callable[[Types, Any],
               list[TensorType]], compute: Callable[[Any, Sequence[Any], Sequence[Any], Any],
-              None], elementwise: str | None = None, kernel: KernelFactory | None = None,
-              devices: frozenset[str] | None = None) -> None:
+              None], elementwise: str | None = None, direct: Direct | None = None) -> None:
     """Register an op whose shape function needs no input values."""
     def shape_function(types: Types, parsed: Any, data: Sequence[Any]) -> list[TensorType]:
         if len(types) != arity:
@@ -137,8 +136,7 @@ def _register(name: str, attrs: type[Attrs], arity: int, infer: Callable[[Types,
         return infer(types, parsed)
 
     register_op(OpDef(name=name, attrs=attrs, arity=arity, infer=shape_function,
-                      compute=compute, elementwise=elementwise, kernel=kernel,
-                      devices=devices))
+                      compute=compute, elementwise=elementwise, direct=direct))
 
 
 def _at_least_1d(*arrays: Any) -> list[Any]:
@@ -169,18 +167,8 @@ def _unary(name: str, allowed: frozenset[str], compute: UnaryCompute,
         x, out = _at_least_1d(ins[0], outs[0])
         compute(xp, x, out, parsed)
 
-    def kernel(xp: Any, parsed: Any) -> Callable[..., None]:
-        if ufunc is not None:
-            direct: Callable[..., None] = getattr(xp, ufunc)
-            return direct  # a ufunc takes its output positionally: ufunc(x, out)
-
-        def call(x: Any, out: Any) -> None:
-            x, out = _at_least_1d(x, out)
-            compute(xp, x, out, parsed)
-
-        return call
-
-    _register(name, attrs, 1, infer, run, elementwise, kernel)
+    _register(name, attrs, 1, infer, run, elementwise,
+              None if ufunc is None else Direct(ufunc))  # ufunc(x, out)
 
 
 def _ufunc(function: str) -> UnaryCompute:
@@ -215,18 +203,8 @@ def _binary(name: str, allowed: frozenset[str], compute: BinaryCompute,
         a, b, out = _at_least_1d(ins[0], ins[1], outs[0])
         compute(xp, a, b, out, parsed)
 
-    def kernel(xp: Any, parsed: Any) -> Callable[..., None]:
-        if ufunc is not None:
-            direct: Callable[..., None] = getattr(xp, ufunc)
-            return direct  # ufunc(a, b, out)
-
-        def call(a: Any, b: Any, out: Any) -> None:
-            a, b, out = _at_least_1d(a, b, out)
-            compute(xp, a, b, out, parsed)
-
-        return call
-
-    _register(name, NoAttrs, 2, infer, run, elementwise, kernel)
+    _register(name, NoAttrs, 2, infer, run, elementwise,
+              None if ufunc is None else Direct(ufunc))  # ufunc(a, b, out)
 
 
 def _binary_ufunc(function: str) -> BinaryCompute:
@@ -466,5 +444,6 @@ def _cast_bfloat16(xp: Any, ins: Sequence[Any], outs: Sequence[Any],
     outs[0][...] = ins[0]  # ml_dtypes: round to nearest even; to ints: toward zero
 
 
-_register("cast_bfloat16", CastBfloat16Attrs, 1, _cast_bfloat16_infer, _cast_bfloat16,
-          devices=frozenset({"cpu", "sim"}))
+_register("cast_bfloat16", CastBfloat16Attrs, 1, _cast_bfloat16_infer, _cast_bfloat16)
+# cupy has no bfloat16: the cuda kernels do not run it (graphrt.kernels.cuda), so placement
+# keeps it on the host

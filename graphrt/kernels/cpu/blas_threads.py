@@ -1,13 +1,11 @@
 """How many threads numpy's BLAS runs, held down while something else needs the cores.
 
 Two holders share one count, so that neither undoes the other: the executor's inter-op lanes
-(while branches run at once, BLAS gets ``cores // lanes`` threads) and the host GEMM of
-:func:`graphrt.lib.ops.base.matmul`, which runs a small product on one thread while the
-direct convolution's helper threads are busy (:func:`graphrt.lib.ops.host_crew.quiet_helpers`):
+(while branches run at once, BLAS gets ``cores // lanes`` threads) and the small GEMMs of a
+graph whose convolutions run on the helper threads (:mod:`graphrt.kernels.cpu.provider`):
 OpenBLAS's workers spin for about 0.1 s after each threaded call (its thread timeout), and a
-spinning worker takes the core a convolution's helper needs. Measured on ResNet-18 at batch 1
-run back to back on 2 cores: 54 ms with the dense layer's GEMM threaded, 29 ms with it on one
-thread.
+spinning worker takes the core a convolution's helper needs (docs/performance.md gives what
+it costs ResNet-18).
 
 The limit is set through threadpoolctl's controllers of the loaded BLAS libraries (two
 ctypes calls, a few microseconds); while several holders overlap, the lowest limit holds, and

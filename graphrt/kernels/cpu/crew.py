@@ -1,10 +1,10 @@
 """The helper threads that run the compiled host kernels over every core: one per other core,
-joining the job functions (:mod:`graphrt.lib.ops.job_protocol`) of one calling thread at a
+joining the job functions (:mod:`graphrt.kernels.cpu.job_protocol`) of one calling thread at a
 time.
 
 :func:`run_jobs` runs a job function on the calling thread and on the helpers; the direct
 convolution and the max pool use it. Safe to call from several threads at once: one caller
-at a time has the helpers, the others run alone. :func:`quiet_helpers` stops the helpers'
+at a time has the helpers, the others run alone. :func:`quiet` stops the helpers'
 busy wait before work that runs threads of its own (OpenBLAS).
 
 Example:
@@ -20,20 +20,18 @@ Example:
 
 from __future__ import annotations
 
-import math
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Jobs", "quiet_helpers", "run_jobs"]
+__all__ = ["Jobs", "quiet", "run_jobs"]
 
 Jobs = Callable[..., bool]
-"""A job function (:mod:`graphrt.lib.ops.job_protocol`): its arguments, then counters,
+"""A job function (:mod:`graphrt.kernels.cpu.job_protocol`): its arguments, then counters,
 grain, bell, caller, call, spins."""
 Task = tuple[int, Jobs, tuple[Any, ...]]
 """What a helper is queued: the call number, the job function, its leading arguments."""
@@ -43,11 +41,6 @@ _SPIN_LOOKS = 2_000_000
 the ops between two convolutions of a model take less, and a thread woken from a block (or a
 caller that waits for the GIL) can start milliseconds late on a virtual machine, longer than
 a whole convolution of one image."""
-
-_BUSY_S = 0.25
-"""Seconds after a call on the helpers during which more are expected (a model's next run)
-and GEMMs avoid waking OpenBLAS's threads."""
-
 
 class _Crew:
     """Helper threads, one per other core, that join the job functions of one calling
@@ -63,7 +56,6 @@ class _Crew:
     def __init__(self, ring: Callable[[np.ndarray[Any, Any]], int], helpers: int) -> None:
         self.ring = ring
         self.bell = np.zeros(1, np.int64)  # rings so far (calls, and quiet())
-        self.last = -math.inf  # time.monotonic() at the end of the last call
         self.lock = threading.Lock()  # one calling thread at a time
         self.tasks: list[queue.SimpleQueue[Task]] = []
         for k in range(helpers):
@@ -83,7 +75,6 @@ class _Crew:
             for tasks in self.tasks:
                 tasks.put((call, jobs, args))
             jobs(*args, self.bell, True, 0, 0)
-            self.last = time.monotonic()
         finally:
             self.lock.release()
 
@@ -138,14 +129,11 @@ def run_jobs(jobs: Jobs, parallel: bool, args: tuple[Any, ...]) -> None:
         jobs(*args, np.zeros(1, np.int64), True, 0, 0)
 
 
-def quiet_helpers() -> bool:
+def quiet() -> None:
     """Stop the helper threads from busy-waiting, if there are any: a GEMM on OpenBLAS's
-    threads is next. Returns whether they ran a call in the last :data:`_BUSY_S` (more are
-    likely to follow soon)."""
-    if _crew is None:
-        return False
-    _crew.quiet()
-    return time.monotonic() - _crew.last < _BUSY_S
+    threads is next."""
+    if _crew is not None:
+        _crew.quiet()
 
 
 def _forget_crew() -> None:

@@ -1,7 +1,7 @@
 """numba on the host, where it is installed: the one check of whether compiled host kernels
 may be used, the compiled row kernels of ``layer_norm`` and ``softmax``
-(:mod:`graphrt.lib.ops.row_kernels`), the direct convolution
-(:mod:`graphrt.lib.ops.direct_conv`) and the max pool (:mod:`graphrt.lib.ops.pool_kernels`).
+(:mod:`graphrt.kernels.cpu.row_kernels`), the direct convolution
+(:mod:`graphrt.kernels.cpu.direct_conv`) and the max pool (:mod:`graphrt.kernels.cpu.pool_kernels`).
 
 numba is optional (the extra ``graphrt[jit]``); without it, or with ``GRAPHRT_JIT=0``, every
 op keeps its numpy path and the reason is logged once per process. The compiled modules are
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import normalize_axis
+from ...ops import TensorType, normalize_axis
 
-__all__ = ["direct_conv", "host_rows", "load_numba", "pool_kernels", "row_kernels"]
+__all__ = ["direct_conv", "host_rows", "load_numba", "pool_kernels", "row_kernels", "rows_call"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def load_numba(why_not: Callable[[str], None]) -> Any:
 
 
 def _compiled(name: str, what: str) -> ModuleType | None:
-    """The compiled module ``graphrt.lib.ops.<name>``; None where numba is missing, switched
+    """The compiled module ``graphrt.ops.<name>``; None where numba is missing, switched
     off or fails to compile it, after logging once that ``what`` (the ops it serves, and the
     path they take instead) is used, and why."""
     def why_not(reason: str) -> None:
@@ -69,19 +69,19 @@ def _compiled(name: str, what: str) -> ModuleType | None:
 
 
 def row_kernels() -> ModuleType | None:
-    """:mod:`graphrt.lib.ops.row_kernels`, compiled; None where numba is missing, switched
+    """:mod:`graphrt.kernels.cpu.row_kernels`, compiled; None where numba is missing, switched
     off or fails to compile them (the reason logged once)."""
     return _compiled("row_kernels", "layer_norm and softmax on cpu take the numpy path")
 
 
 def direct_conv() -> ModuleType | None:
-    """:mod:`graphrt.lib.ops.direct_conv`, compiled; None where numba is missing, switched
+    """:mod:`graphrt.kernels.cpu.direct_conv`, compiled; None where numba is missing, switched
     off or fails to compile it (the reason logged once)."""
     return _compiled("direct_conv", "float32 convolutions on cpu take the im2col + GEMM path")
 
 
 def pool_kernels() -> ModuleType | None:
-    """:mod:`graphrt.lib.ops.pool_kernels`, compiled; None where numba is missing, switched
+    """:mod:`graphrt.kernels.cpu.pool_kernels`, compiled; None where numba is missing, switched
     off or fails to compile it (the reason logged once)."""
     return _compiled("pool_kernels", "float32 max pooling on cpu takes the numpy path")
 
@@ -89,22 +89,22 @@ def pool_kernels() -> ModuleType | None:
 _ROW_DTYPES = (np.dtype("float32"), np.dtype("float64"))
 
 
-def host_rows(xp: Any, name: str, axis: int, fallback: Callable[..., None],
+def host_rows(name: str, axis: int, fallback: Callable[..., None],
               extra: tuple[Any, ...] = ()) -> Callable[..., None]:
     """A kernel ``(x, *vectors, out)`` that runs the compiled row kernel ``name`` of
-    :mod:`graphrt.lib.ops.row_kernels` as ``name(rows, *vectors, out_rows, *extra)`` where
-    it fits (see :func:`_fits`), else ``fallback`` with the same arguments; ``fallback``
-    itself off the host or without numba.
+    :mod:`graphrt.kernels.cpu.row_kernels` as ``name(rows, *vectors, out_rows, *extra)`` where
+    it fits (see :func:`_fits`, checked on every call), else ``fallback`` with the same
+    arguments; ``fallback`` itself without numba.
 
     Example:
-        >>> kernel = host_rows(np, "softmax_rows", -1, lambda x, out: None)
+        >>> kernel = host_rows("softmax_rows", -1, lambda x, out: None)
         >>> x = np.zeros((2, 4), dtype=np.float32)
         >>> out = np.empty_like(x)
         >>> kernel(x, out)
         >>> bool(np.allclose(out, 0.25)) or row_kernels() is None
         True
     """
-    rows = row_kernels() if xp is np else None
+    rows = row_kernels()
     if rows is None:
         return fallback
     compiled = getattr(rows, name)
@@ -115,6 +115,29 @@ def host_rows(xp: Any, name: str, axis: int, fallback: Callable[..., None],
             _run_rows(compiled, x, out, vectors, extra)
         else:
             fallback(x, *rest)
+
+    return kernel
+
+
+def rows_call(name: str, axis: int, x: TensorType, vectors: Sequence[TensorType],
+              fallback: Callable[..., None], extra: tuple[Any, ...] = (), *,
+              dynamic: bool) -> Callable[..., None] | None:
+    """A kernel ``(x, *vectors, out)`` running the compiled row kernel ``name`` as
+    :func:`host_rows` does, decided once from the types: None where it cannot take them
+    (numba missing, not float32/float64, ``axis`` not the last, a vector not 1-D over it, an
+    empty ``x``). A static node's kernel then runs it with no check; a dynamic node's
+    (``dynamic``) checks each call's shapes, ``fallback`` taking the rest."""
+    rows = row_kernels()
+    if rows is None or np.dtype(x.dtype) not in _ROW_DTYPES or 0 in x.shape or \
+            normalize_axis(axis, len(x.shape)) != len(x.shape) - 1 or \
+            any(v.dtype != x.dtype or v.shape != x.shape[-1:] for v in vectors):
+        return None
+    if dynamic:
+        return host_rows(name, axis, fallback, extra)
+    compiled = getattr(rows, name)
+
+    def kernel(x: Any, *rest: Any) -> None:
+        _run_rows(compiled, x, rest[-1], rest[:-1], extra)
 
     return kernel
 

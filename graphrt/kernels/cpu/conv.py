@@ -1,12 +1,12 @@
 """The direct convolution on the host: its geometry at given shapes, and the call that runs
-the compiled kernel of :mod:`graphrt.lib.ops.direct_conv` over the cores.
+the compiled kernel of :mod:`graphrt.kernels.cpu.direct_conv` over the cores.
 
 A 2-D float32 convolution of one group runs with no im2col and no GEMM: the threads of the
 call first copy the data into a padded buffer together (the workspace; data that needs no
 padding is read in place), the weight is packed 16 output channels at a time once per loaded
-weight (:func:`graphrt.lib.frozen.derived`), and the tiles of 16 channels x 6 pixels are run
+weight (:func:`graphrt.devices.frozen.derived`), and the tiles of 16 channels x 6 pixels are run
 on the calling thread and helper threads, one per other core (the compiled kernel releases
-the GIL; :mod:`graphrt.lib.ops.host_crew`). Threads claim tiles a few at a time from a
+the GIL; :mod:`graphrt.kernels.cpu.crew`). Threads claim tiles a few at a time from a
 shared counter, so a helper that starts late takes less or none of the work, and the calling
 thread returns once every tile is done. Safe to call from several threads at once: one
 caller at a time has the helpers, the others run alone. A 1x1 convolution without padding
@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import ModuleType
@@ -30,11 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from ..frozen import derived
-from .host_crew import run_jobs
+from ...devices.frozen import derived
+from ...ops import TensorType
+from ...ops.base import gemm_dtype
+from ...ops.convolution import ConvPlan
+from ...ops.convolution import conv_plan as reference_plan
+from ...ops.convolution import run_conv as reference_conv
+from .crew import run_jobs
+from .jit import direct_conv as direct_kernels
 
-__all__ = ["DirectPlan", "PointwisePlan", "direct_plan", "pointwise_plan", "run_direct",
-           "run_pointwise"]
+__all__ = ["DirectPlan", "HostConvPlan", "PointwisePlan", "conv_epilogue", "conv_plan",
+           "direct_plan", "pointwise_plan", "run_conv", "run_direct", "run_pointwise"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
 # and pointwise 6 output channels x 16 pixels.
@@ -60,7 +67,7 @@ class DirectPlan:
             of output channels runs over before the next strip.
         parallel: worth running on every core.
         padding: the padded copy's geometry, as the compiled kernel takes it
-            (:data:`graphrt.lib.ops.direct_conv.PADDING`: planes, h, w, hp, wp, top, left,
+            (:data:`graphrt.kernels.cpu.direct_conv.PADDING`: planes, h, w, hp, wp, top, left,
             blocks per job, channels per block; zeros where the data is read in place).
         blocked: the padded copy is ``[N, C/8, Hp, Wp, 8]`` (a padded copy of a multiple of
             8 channels), so the taps run input channel blocks, then kernel offsets, then
@@ -203,7 +210,7 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
 class PointwisePlan:
     """A 1x1 convolution without padding at given shapes: a product of the weight
     ``[O, C]`` and each image's data ``[C, pixels]``, tiles of 6 output channels x 16 pixels
-    (:func:`graphrt.lib.ops.direct_conv.pointwise_jobs`).
+    (:func:`graphrt.kernels.cpu.direct_conv.pointwise_jobs`).
 
     Attributes:
         workspace: the strided data's shape ``[N, C, OH, OW]`` (every stride-th pixel,
@@ -281,3 +288,148 @@ def _zero_bias(channels: int, block: int) -> np.ndarray[Any, Any]:
     zeros = _packed_bias(None, channels, block)
     zeros.flags.writeable = False
     return zeros
+
+
+# --------------------------------------------------------------------------------------------
+# The cpu's convolution: the compiled kernels where they apply, else the reference
+
+
+@dataclass(frozen=True)
+class HostConvPlan:
+    """How the cpu runs one convolution at given shapes: the direct or pointwise kernel's
+    geometry (``direct``), else the reference's :class:`~graphrt.ops.convolution.ConvPlan`.
+
+    Attributes:
+        direct: the compiled kernel's geometry, None where the reference runs.
+        reference: the reference's plan, None where the compiled kernel runs.
+    """
+
+    direct: DirectPlan | PointwisePlan | None
+    reference: ConvPlan | None
+
+    def workspace(self) -> list[TensorType]:
+        """The workspace the call takes after its output: the compiled kernel's padded or
+        strided copy (empty where the data is read in place), or the reference's three."""
+        if self.direct is None:
+            assert self.reference is not None
+            return self.reference.workspace()
+        return [TensorType(self.direct.workspace or (0,), "float32")]
+
+
+@lru_cache(maxsize=512)
+def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtype: str,
+              gemm: str, host: bool, groups: int, strides: tuple[int, ...],
+              dilation: tuple[int, ...], begin: tuple[int, ...], direct: bool = False
+              ) -> HostConvPlan:
+    """The cpu's plan of a convolution (see :func:`graphrt.ops.convolution.conv_plan` for
+    the arguments): the compiled direct kernel's geometry where ``direct`` (numba is there),
+    ``host``, the dtype float32, one group and 2-D; a 1x1 convolution without begin pads
+    whose output keeps every stride-th pixel runs the pointwise kernel.
+
+    Example:
+        >>> plan = conv_plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), "float32", "float32",
+        ...                  True, 1, (1, 1), (1, 1), (0, 0), True)
+        >>> type(plan.direct).__name__, plan.reference
+        ('DirectPlan', None)
+    """
+    space, out_space = x[2:], out[2:]
+    if direct and host and dtype == gemm == "float32" and groups == 1 and len(space) == 2:
+        strided = w[2:] == (1, 1) and not any(begin) and all(
+            o == (i - 1) // s + 1 for o, i, s in zip(out_space, space, strides, strict=True))
+        geometry = (pointwise_plan(x, w, out, strides) if strided else
+                    direct_plan(x, w, out, strides, dilation, begin))
+        return HostConvPlan(geometry, None)
+    return HostConvPlan(None, reference_plan(x, w, out, dtype, gemm, host, groups, strides,
+                                             dilation, begin))
+
+
+def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan, x: Any, weight: Any,
+            bias: Any, out: Any, buffer: Any, residual: Any, relu: bool) -> None:
+    if isinstance(plan, PointwisePlan):
+        run_pointwise(kernels, plan, x, weight, bias, out, buffer, residual, relu)
+    else:
+        run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu)
+
+
+def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
+             strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
+             residual: Any = None, relu: bool = False) -> None:
+    """A convolution planned for this call's shapes (:func:`conv_plan`, with the compiled
+    kernel where numba is there), then ``+ residual`` and relu: as the compiled kernels
+    store, else in place after the reference. ``outputs``: the output, then the plan's
+    workspace or nothing (allocated for the call)."""
+    x, weight, out = inputs[0], inputs[1], outputs[0]
+    kernels = direct_kernels()
+    plan = conv_plan(tuple(x.shape), tuple(weight.shape), tuple(out.shape), str(x.dtype),
+                     gemm_dtype(xp, x.dtype).name, True, groups, strides, dilation, begin,
+                     kernels is not None)
+    if plan.direct is None or not out.size:
+        reference_conv(xp, inputs, outputs, groups, strides, dilation, begin)
+        _apply(xp, out, residual, relu)
+        return
+    assert kernels is not None
+    target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
+    buffer = _buffer(plan.direct, outputs[1:])
+    bias = inputs[2] if len(inputs) == 3 else None
+    _direct(kernels, plan.direct, x, weight, bias, target, buffer, residual, relu)
+    if target is not out:
+        out[...] = target
+
+
+def _buffer(plan: DirectPlan | PointwisePlan, workspace: Sequence[Any]) -> Any:
+    """The padded or strided copy's buffer: the planned workspace, or one allocated for a
+    plain call; None where the plan reads the data in place."""
+    if plan.workspace is None:
+        return None
+    return workspace[0] if workspace else np.empty(plan.workspace, np.float32)
+
+
+def _apply(xp: Any, out: Any, residual: Any, relu: bool) -> None:
+    if residual is not None:
+        xp.add(out, residual, out=out)
+    if relu:
+        xp.maximum(out, 0, out=out)  # NaN stays NaN, as the relu op
+
+
+def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups: int,
+                  strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
+                  residual: bool, relu: bool) -> Callable[..., None] | None:
+    """The convolution of ``types`` (its inputs') into ``out`` followed by ``+ residual``
+    and/or relu, as one kernel ``kernel(*inputs, residual?, out, workspace)`` (the sum and
+    relu applied as the results are stored, with no pass of their own), where the compiled
+    kernels run it (numba, 2-D float32 of one group); else None. The plan is made here,
+    once, not per call.
+
+    Example:
+        >>> import numpy as np
+        >>> types = TensorType((1, 8, 6, 6), "float32"), TensorType((16, 8, 3, 3), "float32")
+        >>> out_type = TensorType((1, 16, 6, 6), "float32")
+        >>> kernel = conv_epilogue(np, types, out_type, 1, (1, 1), (1, 1), (1, 1), True, True)
+        >>> x, w = np.ones((1, 8, 6, 6), np.float32), np.ones((16, 8, 3, 3), np.float32)
+        >>> out, r = np.empty((1, 16, 6, 6), np.float32), np.full((1, 16, 6, 6), -40, np.float32)
+        >>> if kernel is not None:  # None without numba
+        ...     kernel(x, w, r, out)  # a corner sees 2x2x8 ones, the middle 3x3x8
+        ...     print(out[0, 0, 0, 0], out[0, 0, 2, 2])
+        0.0 32.0
+    """
+    x = types[0]
+    kernels = direct_kernels()
+    if not (kernels is not None and x.dtype == "float32" and groups == 1 and x.ndim == 4
+            and 0 not in out.shape):
+        return None
+    geometry = conv_plan(x.shape, types[1].shape, out.shape, "float32", "float32", True,
+                         groups, strides, dilation, begin, True).direct
+    assert geometry is not None
+    n_in = len(types)
+    has_bias = n_in == 3
+
+    def kernel(*arrays: Any) -> None:
+        extra = arrays[n_in] if residual else None
+        target, *space = arrays[n_in + residual:]
+        if not target.flags.c_contiguous:  # a plain call's output
+            run_conv(xp, arrays[:n_in], [target], groups, strides, dilation, begin, extra, relu)
+            return
+        _direct(kernels, geometry, arrays[0], arrays[1], arrays[2] if has_bias else None,
+                target, _buffer(geometry, space), extra, relu)
+
+    return kernel

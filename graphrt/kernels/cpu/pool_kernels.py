@@ -1,16 +1,15 @@
 """Compiled (numba) 2-D max pooling of float32 on the host, over every core.
 
-Imported only through :func:`graphrt.lib.ops.host_jit.pool_kernels`, which falls back to the
-numpy path (:func:`graphrt.lib.ops.pooling.window_reduce`) where numba is missing.
-:func:`max_pool_jobs` is a job function (:mod:`graphrt.lib.ops.job_protocol`): a job is one
+Imported only through :func:`graphrt.kernels.cpu.jit.pool_kernels`, which falls back to the
+numpy path (:func:`graphrt.ops.pooling.window_reduce`) where numba is missing.
+:func:`max_pool_jobs` is a job function (:mod:`graphrt.kernels.cpu.job_protocol`): a job is one
 band of output rows of one plane. Each output row reduces the window's input rows into one
 padded line (``-inf`` in the padding), then the window's columns of that line into the output
 row. Every step is a vectorized maximum of two arrays into a third (a loop that reads the
-array it writes does not vectorize: 5x slower), so a window of k rows or columns folds
-through two spare lines in turn; stride 2 reads the line as interleaved pairs, still
-vectorized. The maximum is numpy's: a NaN anywhere in a window makes it NaN. ResNet's 3x3
-stride-2 pool of ``[1, 64, 112, 112]``: 390 us on one core, 210 us on two, against 780 us for
-the separable numpy passes.
+array it writes does not vectorize), so a window of k rows or columns folds through two
+spare lines in turn; stride 2 reads the line as interleaved pairs, still vectorized. The
+maximum is numpy's: a NaN anywhere in a window makes it NaN. docs/performance.md gives its
+speed against the separable numpy passes.
 
 Example:
     >>> import numpy as np
@@ -88,7 +87,7 @@ def max_pool_jobs(x: np.ndarray, out: np.ndarray, planes: int, h: int, w: int, o
     """Max pool ``x`` ``[planes, h, w]`` into ``out`` ``[planes, oh, ow]`` (flattened) with
     a ``kh`` x ``kw`` window, strides ``sh``, ``sw``, dilation ``dh``, ``dw`` and ``top``,
     ``left`` padding (the end padding follows from the output size); jobs of ``rows`` output
-    rows of one plane, claimed as :mod:`~graphrt.lib.ops.job_protocol` says. A window with no
+    rows of one plane, claimed as :mod:`~graphrt.kernels.cpu.job_protocol` says. A window with no
     input position gives ``-inf``."""
     if caller:
         ring(bell)

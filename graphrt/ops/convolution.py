@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from math import prod
@@ -30,7 +30,6 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from . import host_jit
 from .base import (
     Attrs,
     OpDef,
@@ -39,19 +38,12 @@ from .base import (
     accumulator,
     gemm_dtype,
     matmul,
+    numpy_api,
     register_op,
 )
-from .host_conv import (
-    DirectPlan,
-    PointwisePlan,
-    direct_plan,
-    pointwise_plan,
-    run_direct,
-    run_pointwise,
-)
 
-__all__ = ["ConvAttrs", "ConvTransposeAttrs", "EinsumAttrs", "Window", "conv_epilogue",
-           "window_range"]
+__all__ = ["ConvAttrs", "ConvGeometry", "ConvTransposeAttrs", "EinsumAttrs", "Window",
+           "conv_geometry", "conv_workspace", "run_conv", "window_range"]
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -256,15 +248,9 @@ class Planes:
 class ConvPlan:
     """How one convolution runs at given shapes, and the workspace it needs.
 
-    Three algorithms:
+    Two algorithms (the cpu's compiled direct convolution is a kernel of its own,
+    :mod:`graphrt.kernels.cpu.conv`):
 
-    * direct (host, 2-D float32 of one group, where numba is installed; see
-      :mod:`graphrt.lib.ops.host_conv`): a compiled kernel over tiles of 16 output channels x
-      6 pixels of the padded data (``cols`` is that padded copy, none where no padding is
-      needed), the bias in the kernel, no im2col or GEMM; a 1x1 convolution without padding
-      is a product of the weight and each image's data in tiles of 6 output channels x 16
-      pixels (``cols`` holds every stride-th pixel where the stride is not 1). Either can add
-      a residual and apply relu as it stores its results (:func:`conv_epilogue`).
     * GEMM: im2col into ``cols`` ``[G, C/G*K, N*OUT]`` (one strided copy per kernel offset,
       zeros written only where the window reads padding), one matmul per group over the
       whole batch into ``result`` ``[O, N*OUT]``, then one pass moving it to NCHW and adding
@@ -290,7 +276,6 @@ class ConvPlan:
         taps: GEMM, per kernel offset with valid positions: (flat offset, output region, data
             region).
         borders: GEMM, per kernel offset: the regions of its im2col slab that read padding.
-        direct: the direct or pointwise convolution's geometry, None for the other two.
     """
 
     work: str
@@ -302,7 +287,6 @@ class ConvPlan:
     chunk: int = 0
     taps: tuple[tuple[int, Index, Index], ...] = ()
     borders: tuple[tuple[Index, ...], ...] = ()
-    direct: DirectPlan | PointwisePlan | None = None
 
     @cached_property
     def shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -329,12 +313,10 @@ _BLOCK = 1 << 16
 @lru_cache(maxsize=512)
 def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtype: str,
               gemm: str, host: bool, groups: int, strides: tuple[int, ...],
-              dilation: tuple[int, ...], begin: tuple[int, ...], direct: bool = False
-              ) -> ConvPlan:
+              dilation: tuple[int, ...], begin: tuple[int, ...]) -> ConvPlan:
     """The :class:`ConvPlan` of a convolution of data ``x``, weight ``w`` into ``out`` (shapes)
     of ``dtype`` whose matrix products run in ``gemm`` (:func:`gemm_dtype`); ``host``: the
-    array namespace is numpy (cpu, sim), else cupy; ``direct``: the compiled direct kernel
-    may be used (:func:`direct_allowed`).
+    array namespace is numpy (cpu, sim), else cupy.
 
     Example:
         >>> plan = conv_plan((8, 512, 7, 7), (512, 512, 3, 3), (8, 512, 7, 7), "float32",
@@ -349,12 +331,6 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
         return _depthwise_plan(x, w, out, accumulator(dtype).name, host, strides, dilation,
                                begin)
     pointwise = ksize == 1 and all(s == 1 for s in strides) and out_space == space
-    if direct and host and dtype == gemm == "float32" and groups == 1 and len(space) == 2:
-        strided = ksize == 1 and not any(begin) and all(
-            o == (i - 1) // s + 1 for o, i, s in zip(out_space, space, strides, strict=True))
-        geometry = (pointwise_plan(x, w, out, strides) if strided else
-                    direct_plan(x, w, out, strides, dilation, begin))
-        return ConvPlan(dtype, geometry.workspace, None, None, direct=geometry)
     taps = []
     borders = []
     for flat, offset in enumerate(itertools.product(*(range(k) for k in kernel))):
@@ -426,99 +402,33 @@ def _padding_regions(ranges: Sequence[tuple[int, int, int]], out_space: Sequence
 
 
 def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
-             strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
-             residual: Any = None, relu: bool = False) -> None:
+             strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...]
+             ) -> None:
     """A convolution (see :class:`ConvPlan`): ``outputs`` is the output, then the
     workspace the executor planned (:meth:`ConvPlan.workspace`), or nothing: it is then
-    allocated for this call. Then ``+ residual`` (shaped as the output) and relu, as the
-    direct kernels store their results (after, in place, on the other paths)."""
+    allocated for this call."""
     x, weight, out = inputs[0], inputs[1], outputs[0]
     if out.size == 0:
         return
     if not out.flags.c_contiguous:  # only a plain call can pass one
         whole = xp.empty_like(out, order="C")
-        run_conv(xp, inputs, [whole], groups, strides, dilation, begin, residual, relu)
+        run_conv(xp, inputs, [whole], groups, strides, dilation, begin)
         out[...] = whole
         return
-    kernels = host_jit.direct_conv() if xp is np else None  # as direct_allowed(xp)
     plan = conv_plan(tuple(x.shape), tuple(weight.shape), tuple(out.shape), str(x.dtype),
-                     gemm_dtype(xp, x.dtype).name, xp is np, groups, strides, dilation, begin,
-                     kernels is not None)
-    _run_plan(xp, kernels, plan, inputs, outputs, residual, relu)
-
-
-def _run_plan(xp: Any, kernels: Any, plan: ConvPlan, inputs: Sequence[Any],
-              outputs: Sequence[Any], residual: Any, relu: bool) -> None:
-    """:func:`run_conv` once its plan is known (``kernels``: the compiled direct kernels,
-    where the plan is direct), into a C-contiguous output."""
-    x, weight, out = inputs[0], inputs[1], outputs[0]
-    spaces = outputs[1:]
-    if not spaces or (len(spaces) == 3 and (spaces[0].shape, spaces[1].shape,
-                                            spaces[2].shape) != plan.shapes):
-        # none given, or planned for the other algorithm (GRAPHRT_JIT changed since create())
-        spaces = [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype))
-                  for t in plan.workspace()]
+                     gemm_dtype(xp, x.dtype).name, numpy_api(xp), groups, strides, dilation,
+                     begin)
+    spaces = outputs[1:] or [xp.empty_like(x, shape=t.shape, dtype=np.dtype(t.dtype))
+                             for t in plan.workspace()]
     if len(spaces) != 3:
         raise OpError(f"conv: expected 3 workspace arrays, given {len(spaces)}")
     buffers = [None if shape is None else space
                for shape, space in zip((plan.cols, plan.result, plan.temp), spaces, strict=True)]
     bias = inputs[2] if len(inputs) == 3 else None
-    if plan.direct is not None:
-        assert kernels is not None
-        if isinstance(plan.direct, PointwisePlan):
-            run_pointwise(kernels, plan.direct, x, weight, bias, out, buffers[0], residual, relu)
-        else:
-            run_direct(kernels, plan.direct, x, weight, bias, out, buffers[0], residual, relu)
-        return
     if plan.planes is not None:
         _depthwise(xp, plan, x, weight, bias, out, *buffers)
     else:
         _gemm_conv(xp, plan, x, weight, bias, out, *buffers)
-    if residual is not None:
-        xp.add(out, residual, out=out)
-    if relu:
-        xp.maximum(out, 0, out=out)  # NaN stays NaN, as the relu op
-
-
-def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups: int,
-                  strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
-                  residual: bool, relu: bool) -> Callable[..., None] | None:
-    """The convolution of ``types`` (its inputs') into ``out`` followed by ``+ residual``
-    and/or relu, as one kernel ``kernel(*inputs, residual?, out, *workspace)`` (the sum and
-    relu applied as the results are stored, with no pass of their own), where the compiled
-    direct kernels run it (:func:`direct_allowed`, 2-D float32 of one group); else None.
-    The plan is made here, once, not per call.
-
-    Example:
-        >>> import numpy as np
-        >>> types = TensorType((1, 8, 6, 6), "float32"), TensorType((16, 8, 3, 3), "float32")
-        >>> out_type = TensorType((1, 16, 6, 6), "float32")
-        >>> kernel = conv_epilogue(np, types, out_type, 1, (1, 1), (1, 1), (1, 1), True, True)
-        >>> x, w = np.ones((1, 8, 6, 6), np.float32), np.ones((16, 8, 3, 3), np.float32)
-        >>> out, r = np.empty((1, 16, 6, 6), np.float32), np.full((1, 16, 6, 6), -40, np.float32)
-        >>> if kernel is not None:  # None without numba
-        ...     kernel(x, w, r, out)  # a corner sees 2x2x8 ones, the middle 3x3x8
-        ...     print(out[0, 0, 0, 0], out[0, 0, 2, 2])
-        0.0 32.0
-    """
-    x = types[0]
-    kernels = host_jit.direct_conv() if xp is np else None
-    if not (kernels is not None and x.dtype == "float32" and groups == 1 and x.ndim == 4
-            and 0 not in out.shape):
-        return None
-    plan = conv_plan(x.shape, types[1].shape, out.shape, "float32", "float32", True, groups,
-                     strides, dilation, begin, True)
-    n_in = len(types)
-
-    def kernel(*arrays: Any) -> None:
-        extra = arrays[n_in] if residual else None
-        outputs = arrays[n_in + residual:]
-        if outputs[0].flags.c_contiguous:
-            _run_plan(xp, kernels, plan, arrays[:n_in], outputs, extra, relu)
-        else:  # a plain call's output
-            run_conv(xp, arrays[:n_in], outputs, groups, strides, dilation, begin, extra, relu)
-
-    return kernel
 
 
 def _as_work(array: Any, work: str) -> Any:
@@ -618,38 +528,35 @@ def _depthwise(xp: Any, plan: ConvPlan, x: Any, weight: Any, bias: Any, out: Any
         out[...] = wide
 
 
-def _geometry(attrs: ConvAttrs, rank: int
-              ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+ConvGeometry = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""A convolution's groups, strides, dilation and begin pads, as :func:`run_conv` takes them."""
+
+
+def conv_geometry(attrs: ConvAttrs, rank: int) -> ConvGeometry:
+    """The :data:`ConvGeometry` of ``conv`` with ``rank`` spatial axes."""
     strides, dilation, begin, _ = _conv_params(attrs, rank)
     return attrs.groups, tuple(strides), tuple(dilation), tuple(begin)
 
 
 def _conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ConvAttrs) -> None:
-    run_conv(xp, inputs, outputs, *_geometry(attrs, inputs[0].ndim - 2))
+    run_conv(xp, inputs, outputs, *conv_geometry(attrs, inputs[0].ndim - 2))
 
 
-def conv_workspace(xp: Any, types: Sequence[TensorType], out: TensorType, groups: int,
-                   strides: tuple[int, ...], dilation: tuple[int, ...],
-                   begin: tuple[int, ...]) -> list[TensorType]:
+def conv_workspace(xp: Any, types: Sequence[TensorType], out: TensorType,
+                   geometry: ConvGeometry) -> list[TensorType]:
     """The workspace of :func:`run_conv` at these types (three empty arrays for an empty
     output)."""
     dtype = types[0].dtype
     if not prod(out.shape):
         return [TensorType((0,), accumulator(dtype).name)] * 3
     return conv_plan(types[0].shape, types[1].shape, out.shape, dtype,
-                     gemm_dtype(xp, dtype).name, xp is np, groups, strides, dilation,
-                     begin, direct_allowed(xp)).workspace()
-
-
-def direct_allowed(xp: Any) -> bool:
-    """Whether convolutions in ``xp`` may run the compiled direct kernel (host, numba)."""
-    return xp is np and host_jit.direct_conv() is not None
+                     gemm_dtype(xp, dtype).name, numpy_api(xp), *geometry).workspace()
 
 
 def _conv_workspace(xp: Any, types: Sequence[TensorType], attrs: ConvAttrs
                     ) -> list[TensorType]:
     out = _infer_conv(types, attrs, [None] * len(types))[0]
-    return conv_workspace(xp, types, out, *_geometry(attrs, len(types[0].shape) - 2))
+    return conv_workspace(xp, types, out, conv_geometry(attrs, len(types[0].shape) - 2))
 
 
 def _infer_conv_transpose(types: Sequence[TensorType], attrs: ConvTransposeAttrs,
@@ -777,15 +684,8 @@ def _einsum(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Einsu
     out[...] = xp.einsum(attrs.equation, *operands, optimize=True)
 
 
-def _conv_epilogue(xp: Any, attrs: ConvAttrs, types: Sequence[TensorType], residual: bool,
-                   relu: bool) -> Callable[..., None] | None:
-    out = _infer_conv(types, attrs, [None] * len(types))[0]
-    return conv_epilogue(xp, types, out, *_geometry(attrs, len(types[0].shape) - 2), residual,
-                         relu)
-
-
 register_op(OpDef(name="conv", attrs=ConvAttrs, arity=None, infer=_infer_conv, compute=_conv,
-                  workspace=_conv_workspace, epilogue=_conv_epilogue))
+                  workspace=_conv_workspace))
 register_op(OpDef(name="conv_transpose", attrs=ConvTransposeAttrs, arity=None,
                   infer=_infer_conv_transpose, compute=_conv_transpose))
 register_op(OpDef(name="einsum", attrs=EinsumAttrs, arity=None, infer=_infer_einsum,

@@ -1,6 +1,6 @@
 """Compiled (numba) direct 2-D convolution of float32 on the host: no im2col, no GEMM.
 
-Imported only through :func:`graphrt.lib.ops.host_jit.direct_conv`, which falls back to the
+Imported only through :func:`graphrt.kernels.cpu.jit.direct_conv`, which falls back to the
 im2col + GEMM path where numba is missing. The micro-kernel (:func:`_tile`, LLVM IR emitted
 through a numba intrinsic) keeps 16 output channels x 6 output pixels in 12 eight-wide
 accumulators: per tap (input channel and kernel offset) it loads 16 weights (two vectors of
@@ -392,7 +392,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
               bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
               flags: int, strip: int, counters: np.ndarray, grain: int, bell: np.ndarray,
               caller: bool, call: int, spins: int) -> bool:
-    """A job function (:mod:`~graphrt.lib.ops.job_protocol`; ``counters`` has 2 phases):
+    """A job function (:mod:`~graphrt.kernels.cpu.job_protocol`; ``counters`` has 2 phases):
     the convolution of ``data``, on the calling thread (``caller``) or on a helper thread
     joining it.
 

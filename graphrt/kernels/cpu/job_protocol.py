@@ -1,9 +1,9 @@
 """Compiled (numba) job protocol of the host kernels that run over every core: shared claim
 counters, the bell that wakes busy-waiting helpers, and the end of a thread's part of a call.
 
-A job function (:func:`graphrt.lib.ops.direct_conv.conv_jobs`,
-:func:`~graphrt.lib.ops.direct_conv.pointwise_jobs`,
-:func:`graphrt.lib.ops.pool_kernels.max_pool_jobs`) takes its own arguments, then
+A job function (:func:`graphrt.kernels.cpu.direct_conv.conv_jobs`,
+:func:`~graphrt.kernels.cpu.direct_conv.pointwise_jobs`,
+:func:`graphrt.kernels.cpu.pool_kernels.max_pool_jobs`) takes its own arguments, then
 :data:`JOBS`: ``counters`` (jobs claimed and done per phase, ``[claimed, done, ...]``,
 zeroed before the call and shared by every thread of it), ``grain`` (jobs claimed at a
 time), ``bell``, ``caller``, ``call`` and ``spins``. The calling thread first rings the bell
@@ -13,9 +13,9 @@ jobs, such as the convolution's padded copy, ends with :func:`wait`), and ends w
 :func:`finish`: the caller waits for every job
 to be done, a helper busy-waits up to ``spins`` looks for the next call's ring. So a helper
 that starts late finds less work or none, and no thread waits for another in Python
-(:mod:`graphrt.lib.ops.host_crew` runs the calls).
+(:mod:`graphrt.kernels.cpu.crew` runs the calls).
 
-Imported only where numba is installed (through :mod:`graphrt.lib.ops.host_jit`'s modules).
+Imported only where numba is installed (through :mod:`graphrt.kernels.cpu.jit`'s modules).
 
 Example:
     >>> import numpy as np

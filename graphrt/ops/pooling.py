@@ -23,30 +23,26 @@ per axis instead of one pass per kernel offset (9 for a 3x3 window). ``max_pool`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from math import prod
-from types import ModuleType
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from . import host_jit
 from .base import (
     Attrs,
-    Compute,
-    KernelFactory,
     OpDef,
     OpError,
     TensorType,
     accumulator,
+    numpy_api,
     register_op,
 )
 from .convolution import Window, per_axis, show, window_range
-from .host_crew import run_jobs
 
 __all__ = ["AvgPoolAttrs", "AxisWindow", "LpPoolAttrs", "MaxPoolAttrs", "PoolAttrs",
-           "max_pool_kernel", "window_max", "window_reduce"]
+           "axis_windows", "window_reduce"]
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -136,7 +132,7 @@ def _window(x: Any, out: Any, attrs: PoolAttrs) -> Window:
     return Window(attrs.kernel, strides, dilation, begin, x.shape[2:], out.shape[2:])
 
 
-def _axis_windows(attrs: PoolAttrs, rank: int) -> list[AxisWindow]:
+def axis_windows(attrs: PoolAttrs, rank: int) -> list[AxisWindow]:
     strides, dilation, begin, _ = _params(attrs, rank)
     return list(zip(attrs.kernel, strides, dilation, begin, strict=True))
 
@@ -180,7 +176,7 @@ def window_reduce(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow],
     fill = _lowest(out.dtype) if kind == "max" else 0
     planes = x.shape[0] * x.shape[1]
     rows = max(1, CHUNK_BYTES // max(1, x[:1, :1].nbytes))
-    if xp is not np or rows >= planes or not (x.flags.c_contiguous and out.flags.c_contiguous):
+    if not numpy_api(xp) or rows >= planes or not (x.flags.c_contiguous and out.flags.c_contiguous):
         _separable(xp, x, out, steps, ufunc, fill)
         return
     xs, outs = x.reshape(planes, 1, *x.shape[2:]), out.reshape(planes, 1, *out.shape[2:])
@@ -286,7 +282,7 @@ def _max_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     if out.size == 0:
         return
     if not attrs.indices:
-        window_max(xp, x, out, _axis_windows(attrs, x.ndim - 2))
+        window_reduce(xp, x, out, axis_windows(attrs, x.ndim - 2), "max")
         return
     out[...] = _lowest(out.dtype)
     lead = (slice(None),) * 2
@@ -307,75 +303,6 @@ def _max_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         xp.maximum(target, values, out=target)
 
 
-_POOL_JOBS = 64
-"""Jobs (bands of output rows) a compiled max pool is cut into, at least: enough for the
-threads to share them evenly."""
-
-_MIN_POOL_WORK = 100_000
-"""Window positions (outputs x kernel size) below which a compiled max pool runs on the
-calling thread alone: bringing in the helpers costs tens of microseconds."""
-
-
-def window_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None:
-    """``out`` = the max of ``x`` over each pool window (padding skipped): through the
-    compiled kernel over every core (:mod:`graphrt.lib.ops.pool_kernels`) for host float32
-    data with 2-D windows where numba is installed, else :func:`window_reduce`.
-
-    Example:
-        >>> x = np.arange(16.0, dtype=np.float32).reshape(1, 1, 4, 4)
-        >>> out = np.empty((1, 1, 2, 2), dtype=np.float32)
-        >>> window_max(np, x, out, [(3, 2, 1, 1), (3, 2, 1, 1)])
-        >>> out[0, 0].tolist()
-        [[5.0, 7.0], [13.0, 15.0]]
-    """
-    kernels = host_jit.pool_kernels() if xp is np else None
-    if not _compiled_max(kernels, x, out, windows):
-        window_reduce(xp, x, out, windows, "max")
-
-
-def max_pool_kernel(windows_of: Callable[[Any], Sequence[AxisWindow]], compute: Compute
-                    ) -> KernelFactory:
-    """The kernel factory of a max pool op whose windows ``windows_of(attrs)`` gives and whose
-    ``compute`` makes the indices where the attrs ask for them: the windows are decided and
-    the compiled max pool (:func:`window_max`) compiled, or loaded from numba's cache, at
-    ``create()``, so that a call only pools."""
-    def factory(xp: Any, attrs: Any) -> Callable[..., None]:
-        if getattr(attrs, "indices", False):
-            def with_indices(x: Any, *outputs: Any) -> None:
-                compute(xp, [x], outputs, attrs)
-
-            return with_indices
-        windows = windows_of(attrs)
-        kernels = host_jit.pool_kernels() if xp is np else None
-
-        def kernel(x: Any, out: Any) -> None:
-            if out.size and not _compiled_max(kernels, x, out, windows):
-                window_reduce(xp, x, out, windows, "max")
-
-        return kernel
-
-    return factory
-
-
-def _compiled_max(kernels: ModuleType | None, x: Any, out: Any,
-                  windows: Sequence[AxisWindow]) -> bool:
-    """:func:`window_max` through the compiled ``kernels`` (None: numba is missing or the
-    data is off the host); False (nothing done) where they do not apply."""
-    if not (kernels is not None and len(windows) == 2 and isinstance(x, np.ndarray)
-            and x.dtype == np.float32 and out.dtype == np.float32
-            and out.flags.c_contiguous and out.size > 0):
-        return False
-    (kh, sh, dh, top), (kw, sw, dw, left) = windows
-    planes, (h, w), (oh, ow) = x.shape[0] * x.shape[1], x.shape[2:], out.shape[2:]
-    bands = min(oh, -(-_POOL_JOBS // planes))
-    rows = -(-oh // bands)
-    jobs = planes * -(-oh // rows)
-    run_jobs(kernels.max_pool_jobs, out.size * kh * kw >= _MIN_POOL_WORK, (
-        np.ascontiguousarray(x).reshape(-1), out.reshape(-1), planes, h, w, oh, ow, kh, kw,
-        sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64), max(1, jobs // _POOL_JOBS)))
-    return True
-
-
 # --------------------------------------------------------------------------------------------
 # avg_pool and lp_pool
 
@@ -393,7 +320,7 @@ def _infer_lp_pool(types: Sequence[TensorType], attrs: LpPoolAttrs, data: Sequen
 def _sum_pool(xp: Any, x: Any, out: Any, attrs: PoolAttrs) -> Any:
     """Window sums of ``x`` (already in the work dtype) into a work-dtype accumulator."""
     acc = out if out.dtype == x.dtype else xp.empty_like(out, dtype=x.dtype)
-    window_reduce(xp, x, acc, _axis_windows(attrs, x.ndim - 2), "sum")
+    window_reduce(xp, x, acc, axis_windows(attrs, x.ndim - 2), "sum")
     return acc
 
 
@@ -442,9 +369,7 @@ def _lp_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 
 
 register_op(OpDef(name="max_pool", attrs=MaxPoolAttrs, arity=1, infer=_infer_max_pool,
-                  compute=_max_pool, num_outputs=lambda attrs: 2 if attrs.indices else 1,
-                  kernel=max_pool_kernel(lambda attrs: _axis_windows(attrs, len(attrs.kernel)),
-                                         _max_pool)))
+                  compute=_max_pool, num_outputs=lambda attrs: 2 if attrs.indices else 1))
 register_op(OpDef(name="avg_pool", attrs=AvgPoolAttrs, arity=1, infer=_infer_avg_pool,
                   compute=_avg_pool))
 register_op(OpDef(name="lp_pool", attrs=LpPoolAttrs, arity=1, infer=_infer_lp_pool,

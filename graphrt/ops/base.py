@@ -1,7 +1,11 @@
-"""What an op is: attributes, type inference (shape function), data dependence, compute.
+"""What an op is: attributes, type inference (shape function), data dependence, and a
+reference implementation.
 
-Every op is implemented once against an array namespace ``xp`` (numpy on cpu and sim, cupy on
-cuda), destination-passing: ``compute(xp, inputs, outputs, attrs)`` writes ``outputs``.
+Every op has one reference, written against an array namespace ``xp`` (numpy on cpu and sim,
+cupy on cuda), destination-passing: ``compute(xp, inputs, outputs, attrs)`` writes
+``outputs``. How a device runs an op faster (numba kernels, vendor libraries) is not said
+here: :mod:`graphrt.kernels` prepares a kernel per device at ``create()`` and falls back to
+this reference.
 
 Example (how an op is defined):
     >>> class NoAttrs(Attrs):
@@ -24,15 +28,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from ...errors import describe
-from .blas_threads import blas_held
-from .host_crew import quiet_helpers
+from ..errors import describe
 
 __all__ = [
     "OPS",
     "Attrs",
-    "EpilogueFactory",
-    "KernelFactory",
+    "Direct",
     "OpDef",
     "OpError",
     "TensorType",
@@ -44,6 +45,7 @@ __all__ = [
     "get_op",
     "matmul",
     "normalize_axis",
+    "numpy_api",
     "register_op",
     "result_dtype",
 ]
@@ -90,17 +92,16 @@ The executor plans them as intermediates that live only for that call and passes
 the outputs: ``compute`` then finds them in ``outputs[n_outputs:]``, holding garbage. A plain
 call (:meth:`OpDef.positional` over inputs and outputs only) passes none: the op allocates."""
 
-KernelFactory = Callable[[Any, Any], Callable[..., None]]
-"""``factory(xp, attrs)``: a kernel called as ``kernel(*inputs, *outputs)``, specialized once
-for its namespace and attributes, so a call costs what a hand-written kernel costs."""
+@dataclass(frozen=True)
+class Direct:
+    """An op that is exactly one array function of the namespace: ``getattr(xp,
+    function)(*inputs, *constants, out)`` (``out=out`` where ``out_keyword``), so its
+    reference kernel calls that function with nothing in between (a ufunc takes its output
+    positionally)."""
 
-EpilogueFactory = Callable[[Any, Any, Sequence[TensorType], bool, bool],
-                           Callable[..., None] | None]
-"""``factory(xp, attrs, input_types, residual, relu)``: the op followed by ``+ residual``
-(an array of the output's type) and/or relu, as one kernel
-``kernel(*inputs, residual?, out, *workspace)`` that applies them as it stores its results,
-with whatever it can decide from the types (a plan) decided here, once; with neither, the op
-alone so prepared. None where the op cannot at these types (the steps then run one by one)."""
+    function: str
+    constants: tuple[Any, ...] = ()
+    out_keyword: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,16 +121,9 @@ class OpDef:
         elementwise: for elementwise ops, the body of a cupy ElementwiseKernel over inputs
             ``in0, in1, ...`` producing ``out0`` (e.g. ``"in0 + in1"``), so chains of them fuse
             into one launch on cuda. None for other ops.
-        kernel: an optional :data:`KernelFactory` that calls the array function directly;
-            without one, :meth:`positional` wraps ``compute``.
-        devices: the device types (``"cpu"``, ``"cuda"``, ``"sim"``) that implement the op,
-            or None for every device; the ONNX frontend places a step on the first preferred
-            device type listed here.
-        workspace: the op's scratch arrays (see :data:`Workspace`), or None for none.
-        epilogue: where the op can add a residual and apply relu as it stores its output
-            (see :data:`EpilogueFactory`), the factory of that fused kernel; a declarative
-            function fuses ``op -> add -> relu`` (or ``op -> add``, ``op -> relu``) into it,
-            and on cpu runs the op alone through it too (its call prepared at ``create()``).
+        direct: the op as one array function of ``xp`` (see :class:`Direct`), or None.
+        workspace: the scratch arrays of the reference (see :data:`Workspace`), or None for
+            none.
     """
 
     name: str
@@ -140,16 +134,16 @@ class OpDef:
     data_dependent: tuple[bool, ...] = ()
     num_outputs: int | Callable[[Any], int] = 1
     elementwise: str | None = None
-    kernel: KernelFactory | None = None
-    devices: frozenset[str] | None = None
+    direct: Direct | None = None
     workspace: Workspace | None = None
-    epilogue: EpilogueFactory | None = None
 
     def positional(self, xp: Any, attrs: Any, n_inputs: int) -> Callable[..., None]:
-        """This op as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``
+        """The reference as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``
         (``kernel(*inputs, *outputs, *workspace)`` where the caller planned a workspace)."""
-        if self.kernel is not None:
-            return self.kernel(xp, attrs)
+        direct = self.direct
+        if direct is not None:
+            function: Callable[..., None] = getattr(xp, direct.function)
+            return _direct_call(function, direct, n_inputs)
         compute = self.compute
 
         def call(*arrays: Any) -> None:
@@ -167,6 +161,35 @@ class OpDef:
             flag = self.data_dependent[0] if self.data_dependent else False
             return (flag,) * n_inputs
         return self.data_dependent or (False,) * n_inputs
+
+
+def _direct_call(function: Callable[..., None], direct: Direct, n_inputs: int
+                 ) -> Callable[..., None]:
+    """``function`` called as :class:`Direct` says, with no generic wrapper in between (a
+    call through ``*args`` costs as much again as a ufunc on a small array)."""
+    constants, keyword = direct.constants, direct.out_keyword
+    if not constants and not keyword:
+        return function  # a ufunc takes its output positionally: ufunc(*ins, out)
+    if n_inputs == 1 and len(constants) == 1 and keyword:
+        constant = constants[0]
+
+        def unary_with(x: Any, out: Any) -> None:
+            function(x, constant, out=out)
+
+        return unary_with
+    if n_inputs == 2 and not constants and keyword:
+        def binary(a: Any, b: Any, out: Any) -> None:
+            function(a, b, out=out)
+
+        return binary
+
+    def call(*arrays: Any) -> None:
+        if keyword:
+            function(*arrays[:-1], *constants, out=arrays[-1])
+        else:
+            function(*arrays[:-1], *constants, arrays[-1])
+
+    return call
 
 
 OPS: dict[str, OpDef] = {}
@@ -239,16 +262,25 @@ def accumulator(dtype: Any) -> np.dtype[Any]:
     return np.dtype(np.float32) if np.dtype(dtype).name in _HALF else np.dtype(dtype)
 
 
+def numpy_api(xp: Any) -> bool:
+    """Whether the array namespace ``xp`` is numpy's (cpu and sim) rather than a device
+    library's (cupy): the references adapt to what the namespace's API offers (numpy's BLAS
+    has no float16 GEMM; ``numpy.einsum`` sums short rows in one pass; reading a value back
+    costs nothing in host memory). Which kernel runs an op is never decided here but in
+    :mod:`graphrt.kernels`."""
+    return xp is np
+
+
 @lru_cache(maxsize=128)
 def gemm_dtype(xp: Any, dtype: Any) -> np.dtype[Any]:
     """The dtype a matrix product of ``dtype`` operands runs in.
 
     float32 for bfloat16 (cupy has none) and, where ``xp`` is numpy, for float16 (numpy's
-    float16 matmul skips BLAS and is 60-160x slower than float32, and float32 is at least as
-    accurate); cupy keeps float16, whose GEMMs use tensor cores and accumulate in float32.
+    float16 matmul skips BLAS, see docs/robustness.md, and float32 is at least as accurate);
+    cupy keeps float16, whose GEMMs use tensor cores and accumulate in float32.
     """
     given: np.dtype[Any] = np.dtype(dtype)
-    if given.name == "bfloat16" or (given.name == "float16" and xp is np):
+    if given.name == "bfloat16" or (given.name == "float16" and numpy_api(xp)):
         return np.dtype(np.float32)
     return given
 
@@ -258,18 +290,6 @@ def matmul(xp: Any, a: Any, b: Any, out: Any = None) -> Any:
 
     Returns ``out``, or the product in the GEMM dtype.
     """
-    if xp is np and quiet_helpers() and a.size * b.shape[-1] < _SMALL_GEMM:
-        with blas_held(1):  # OpenBLAS's spinning workers would slow the next convolutions
-            return _matmul(xp, a, b, out)
-    return _matmul(xp, a, b, out)
-
-
-_SMALL_GEMM = 1 << 24
-"""Multiply-adds below which a host GEMM runs on one BLAS thread while the direct
-convolution's helpers are busy (:mod:`graphrt.lib.ops.blas_threads` says why)."""
-
-
-def _matmul(xp: Any, a: Any, b: Any, out: Any) -> Any:
     work = gemm_dtype(xp, a.dtype)
     if a.dtype != work:
         a = a.astype(work)

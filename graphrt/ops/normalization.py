@@ -26,7 +26,16 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from .base import Attrs, OpDef, OpError, TensorType, accumulator, broadcast, register_op
+from .base import (
+    Attrs,
+    OpDef,
+    OpError,
+    TensorType,
+    accumulator,
+    broadcast,
+    numpy_api,
+    register_op,
+)
 from .convolution import check_float, show
 from .reductions import row_sums
 
@@ -116,7 +125,7 @@ def normalize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 
     In place in the output (or one work-dtype buffer for float16): the mean, ``x - mean`` and
     its sum of squares, each sum one pass (trailing axes through
-    :func:`graphrt.lib.ops.reductions.row_sums`), then ``* (1 / std)``, scale and bias. Where
+    :func:`graphrt.ops.reductions.row_sums`), then ``* (1 / std)``, scale and bias. Where
     the mean is large against the deviation (data far from zero), the rounding error of the
     float32 mean would show in the output: the mean of ``x - mean`` is subtracted as well.
 
@@ -170,7 +179,7 @@ def _far(xp: Any, mean: Any, inverse: Any) -> bool:
     """Whether some mean exceeds its standard deviation. Below that, the float32 rounding of
     the mean adds at most ~2e-7 to the normalized output (measured with rows of 256 to 1024;
     at 70 deviations it adds 1.2e-5). Always on cupy: no host round trip."""
-    if xp is not np:
+    if not numpy_api(xp):
         return True
     ratio = np.abs(np.multiply(mean, inverse))
     return float(np.maximum.reduce(ratio, axis=None)) > 1.0

@@ -30,6 +30,7 @@ from .base import (
     TensorType,
     accumulator,
     normalize_axis,
+    numpy_api,
     register_op,
 )
 from .transform import _is_integer, _one, _size
@@ -113,7 +114,7 @@ def _stable_argsort(xp: Any, a: Any, axis: int) -> Any:
 
     cupy's sort is always stable and accepts no ``kind``; numpy needs ``kind="stable"``.
     """
-    if xp is np:
+    if numpy_api(xp):
         return np.argsort(a, axis=axis, kind="stable")
     return xp.argsort(a, axis=axis)
 

@@ -13,7 +13,7 @@ Layouts and conventions:
   ``[H_begin, W_begin, H_end, W_end]``; ``strides`` and ``dilation`` are ``(H, W)``.
 * ``dense``: weight ``[N, K]`` (transposed, as ONNX Gemm ``transB=1`` / TVM ``nn.dense``).
 * ``conv2d``: weight ``[O, C/groups, KH, KW]`` (OIHW). Runs the N-d ``conv`` kernel
-  (:class:`graphrt.lib.ops.convolution.ConvPlan`): im2col into a workspace the executor plans
+  (:class:`graphrt.ops.convolution.ConvPlan`): im2col into a workspace the executor plans
   and one GEMM over the batch (or one per large image), 1x1 convolutions without im2col,
   depthwise ones as shifted multiply-adds, the bias added in place.
 * ``conv2d_transpose``: weight ``[C_in, O/groups, KH, KW]`` (IOHW, as PyTorch ``ConvTranspose2d``
@@ -24,17 +24,17 @@ Layouts and conventions:
   window that would start in the end padding is dropped. ``avg_pool2d`` with
   ``count_include_pad`` divides by the window clipped to the padded input (padding counts, the
   ceil-mode overhang beyond it does not); without it, by the number of real input elements.
-  Windows reduce separably, H then W (:func:`graphrt.lib.ops.pooling.window_reduce`).
+  Windows reduce separably, H then W (:func:`graphrt.ops.pooling.window_reduce`).
 * ``resize2d`` follows ONNX ``Resize`` (opset >= 13) given ``sizes`` (so scale = out / in), see
   :class:`Resize2DAttrs`; it is the N-d ``resize`` op's implementation (exact coordinates).
 * float16: sums (pools, normalization statistics, col2im) accumulate in float32 and epsilon is
   applied in float32; matrix products run in float32 on numpy (no float16 BLAS) and natively on
-  cupy (:func:`graphrt.lib.ops.base.gemm_dtype`); each result is rounded once.
+  cupy (:func:`graphrt.ops.base.gemm_dtype`); each result is rounded once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from math import prod
 from typing import Annotated, Any, Literal
@@ -54,10 +54,9 @@ from .base import (
     normalize_axis,
     register_op,
 )
-from .convolution import conv_epilogue, conv_workspace, run_conv
-from .host_jit import host_rows
+from .convolution import ConvGeometry, conv_workspace, run_conv
 from .normalization import NormalizeAttrs, normalize
-from .pooling import AxisWindow, max_pool_kernel, window_max, window_reduce
+from .pooling import AxisWindow, window_reduce
 from .resize import ResizeAttrs, resize
 
 __all__ = [
@@ -70,6 +69,8 @@ __all__ = [
     "MaxPool2DAttrs",
     "NoAttrs",
     "Resize2DAttrs",
+    "conv2d_geometry",
+    "pool2d_windows",
 ]
 
 PosInt = Annotated[int, Field(ge=1)]
@@ -413,8 +414,7 @@ def _infer_conv2d(types: Sequence[TensorType], attrs: Conv2DAttrs, data: Sequenc
     return [TensorType((n, o, oh, ow), dtype)]
 
 
-def _conv_geometry(attrs: Conv2DAttrs
-                   ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def conv2d_geometry(attrs: Conv2DAttrs) -> ConvGeometry:
     """groups, strides, dilation and begin pads, as :func:`run_conv` takes them."""
     return attrs.groups, attrs.strides, attrs.dilation, attrs.padding[:2]
 
@@ -422,13 +422,13 @@ def _conv_geometry(attrs: Conv2DAttrs
 def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2DAttrs) -> None:
     # The N-d convolution's kernel (GEMM over the batch, 1x1 without im2col, depthwise as
     # shifted multiply-adds), with the workspace the executor planned in outputs[1:].
-    run_conv(xp, inputs, outputs, *_conv_geometry(attrs))
+    run_conv(xp, inputs, outputs, *conv2d_geometry(attrs))
 
 
 def _conv2d_workspace(xp: Any, types: Sequence[TensorType], attrs: Conv2DAttrs
                       ) -> list[TensorType]:
     out = _infer_conv2d(types, attrs, [None] * len(types))[0]
-    return conv_workspace(xp, types, out, *_conv_geometry(attrs))
+    return conv_workspace(xp, types, out, conv2d_geometry(attrs))
 
 
 def _infer_conv2d_transpose(types: Sequence[TensorType], attrs: Conv2DTransposeAttrs,
@@ -518,7 +518,7 @@ def _infer_avg_pool2d(types: Sequence[TensorType], attrs: AvgPool2DAttrs, data: 
     return _infer_pool(types, attrs, _FLOATS)
 
 
-def _pool_windows(attrs: MaxPool2DAttrs) -> list[AxisWindow]:
+def pool2d_windows(attrs: MaxPool2DAttrs) -> list[AxisWindow]:
     """The (kernel, stride, dilation, pad_begin) of the H and W axes (separable pools)."""
     (kh, kw), (sh, sw) = attrs.pool_size, attrs.strides or attrs.pool_size
     pt, pl, _, _ = attrs.padding
@@ -527,7 +527,7 @@ def _pool_windows(attrs: MaxPool2DAttrs) -> list[AxisWindow]:
 
 def _max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                 attrs: MaxPool2DAttrs) -> None:
-    window_max(xp, inputs[0], outputs[0], _pool_windows(attrs))
+    window_reduce(xp, inputs[0], outputs[0], pool2d_windows(attrs), "max")
 
 
 def _pool_counts(size: int, n_out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
@@ -545,7 +545,7 @@ def _avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     _, _, oh, ow = out.shape
     work = accumulator(out.dtype)  # float16 sums in float32, rounded once
     acc = out if work == out.dtype else xp.empty_like(out, dtype=work)
-    window_reduce(xp, x, acc, _pool_windows(attrs), "sum")
+    window_reduce(xp, x, acc, pool2d_windows(attrs), "sum")
     (kh, kw), (sh, sw) = attrs.pool_size, attrs.strides or attrs.pool_size
     pt, pl, pb, pr = attrs.padding
     rows = _pool_counts(h, oh, kh, sh, pt, pb, attrs.count_include_pad)
@@ -655,15 +655,6 @@ def _layer_norm(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     normalize(xp, [x, scale, shift], outputs, _normalize_attrs(axis, attrs.epsilon))
 
 
-def _layer_norm_kernel(xp: Any, attrs: LayerNormAttrs) -> Callable[..., None]:
-    """``layer_norm`` as a kernel: on the host, rows over the last axis by the compiled row
-    kernel (one call, float64 sums) where numba is installed, else :func:`_layer_norm`."""
-    def numpy_path(x: Any, gamma: Any, beta: Any, out: Any) -> None:
-        _layer_norm(xp, [x, gamma, beta], [out], attrs)
-
-    return host_rows(xp, "layer_norm_rows", attrs.axis, numpy_path, extra=(attrs.epsilon,))
-
-
 @lru_cache(maxsize=256)
 def _normalize_attrs(axis: int, epsilon: float) -> NormalizeAttrs:
     """``layer_norm`` as ``normalize`` over one axis (built once, not on every run)."""
@@ -711,19 +702,12 @@ register_op(OpDef(name="matmul", attrs=MatmulAttrs, arity=2, infer=_infer_matmul
                   compute=_matmul))
 register_op(OpDef(name="batch_matmul", attrs=MatmulAttrs, arity=2, infer=_infer_batch_matmul,
                   compute=_matmul))
-def _conv2d_epilogue(xp: Any, attrs: Conv2DAttrs, types: Sequence[TensorType], residual: bool,
-                     relu: bool) -> Callable[..., None] | None:
-    out = _infer_conv2d(types, attrs, [None] * len(types))[0]
-    return conv_epilogue(xp, types, out, *_conv_geometry(attrs), residual, relu)
-
-
 register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_conv2d,
-                  compute=_conv2d, workspace=_conv2d_workspace, epilogue=_conv2d_epilogue))
+                  compute=_conv2d, workspace=_conv2d_workspace))
 register_op(OpDef(name="conv2d_transpose", attrs=Conv2DTransposeAttrs, arity=None,
                   infer=_infer_conv2d_transpose, compute=_conv2d_transpose))
 register_op(OpDef(name="max_pool2d", attrs=MaxPool2DAttrs, arity=1, infer=_infer_max_pool2d,
-                  compute=_max_pool2d,
-                  kernel=max_pool_kernel(_pool_windows, _max_pool2d)))
+                  compute=_max_pool2d))
 register_op(OpDef(name="avg_pool2d", attrs=AvgPool2DAttrs, arity=1, infer=_infer_avg_pool2d,
                   compute=_avg_pool2d))
 register_op(OpDef(name="global_avg_pool2d", attrs=NoAttrs, arity=1,
@@ -733,6 +717,6 @@ register_op(OpDef(name="global_max_pool2d", attrs=NoAttrs, arity=1,
 register_op(OpDef(name="batch_norm", attrs=BatchNormAttrs, arity=5, infer=_infer_batch_norm,
                   compute=_batch_norm))
 register_op(OpDef(name="layer_norm", attrs=LayerNormAttrs, arity=3, infer=_infer_layer_norm,
-                  compute=_layer_norm, kernel=_layer_norm_kernel))
+                  compute=_layer_norm))
 register_op(OpDef(name="resize2d", attrs=Resize2DAttrs, arity=1, infer=_infer_resize2d,
                   compute=_resize2d))

@@ -33,7 +33,7 @@ import numpy as np
 
 from .base import (
     Attrs,
-    KernelFactory,
+    Direct,
     OpDef,
     OpError,
     TensorType,
@@ -43,7 +43,6 @@ from .base import (
     register_op,
     result_dtype,
 )
-from .host_jit import host_rows
 from .reductions import row_sums
 
 __all__ = [
@@ -191,14 +190,14 @@ def _axis(name: str, axis: int, ndim: int) -> int:
 def _register(name: str, attrs: type[Attrs], arity: int,
               infer: Callable[[Types, Any], list[TensorType]],
               compute: Callable[[Any, Sequence[Any], Sequence[Any], Any], None],
-              elementwise: str | None = None, kernel: KernelFactory | None = None) -> None:
+              elementwise: str | None = None, direct: Direct | None = None) -> None:
     """Register an op whose shape function never needs input values."""
     def shape_function(types: Types, attrs: Any, data: Sequence[Any]) -> list[TensorType]:
         _arity(name, types, arity)
         return infer(types, attrs)
 
     register_op(OpDef(name=name, attrs=attrs, arity=arity, infer=shape_function,
-                      compute=compute, elementwise=elementwise, kernel=kernel))
+                      compute=compute, elementwise=elementwise, direct=direct))
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,21 +231,9 @@ def _binary(name: str, function: str, allowed: frozenset[str], elementwise: str 
         else:
             getattr(xp, function)(ins[0], ins[1], out=outs[0])
 
-    def kernel(xp: Any, attrs: Any) -> Callable[..., None]:
-        if custom is not None:
-            def call_custom(a: Any, b: Any, out: Any) -> None:
-                custom(xp, a, b, out)
-
-            return call_custom
-        ufunc: Callable[..., None] = getattr(xp, function)
-        if function in _OUT_BY_KEYWORD:
-            def call(a: Any, b: Any, out: Any) -> None:
-                ufunc(a, b, out=out)
-
-            return call
-        return ufunc  # numpy and cupy ufuncs take the output positionally: ufunc(a, b, out)
-
-    _register(name, NoAttrs, 2, infer, compute, elementwise, kernel)
+    direct = None if custom is not None else Direct(
+        function, out_keyword=function in _OUT_BY_KEYWORD)  # else ufunc(a, b, out)
+    _register(name, NoAttrs, 2, infer, compute, elementwise, direct)
 
 
 def _power(xp: Any, a: Any, b: Any, out: Any) -> None:
@@ -398,26 +385,9 @@ def _unary(name: str, allowed: frozenset[str], compute: UnaryCompute,
     def run(xp: Any, ins: Sequence[Any], outs: Sequence[Any], parsed: Any) -> None:
         compute(xp, ins[0], outs[0], parsed)
 
-    def kernel(xp: Any, parsed: Any) -> Callable[..., None]:
-        direct = _DIRECT.get(compute)
-        if direct is not None:  # one array function: call it with no wrapper in between
-            function, extra = getattr(xp, direct[0]), direct[1:]
-            if not extra:
-                ufunc: Callable[..., None] = function
-                return ufunc  # a ufunc: function(x, out)
-            constant = extra[0]
-
-            def call_with(x: Any, out: Any) -> None:
-                function(x, constant, out=out)
-
-            return call_with
-
-        def call(x: Any, out: Any) -> None:
-            compute(xp, x, out, parsed)
-
-        return call
-
-    _register(name, attrs, 1, infer, run, elementwise, kernel)
+    found = _DIRECT.get(compute)  # one array function: called with no wrapper in between
+    direct = None if found is None else Direct(found[0], found[1:], out_keyword=len(found) > 1)
+    _register(name, attrs, 1, infer, run, elementwise, direct)
 
 
 _DIRECT: dict[UnaryCompute, tuple[Any, ...]] = {}
@@ -673,7 +643,7 @@ _register("argmax", ArgmaxAttrs, 1, _argmax_infer, _argmax)
 
 def _axis_sum(xp: Any, a: Any, axis: int) -> Any:
     """The sum of ``a`` over ``axis``, kept as a length-1 axis; a contiguous last axis in one
-    pass through :func:`graphrt.lib.ops.reductions.row_sums`."""
+    pass through :func:`graphrt.ops.reductions.row_sums`."""
     if axis != a.ndim - 1 or not a.flags.c_contiguous:
         return xp.sum(a, axis=axis, keepdims=True)
     total = xp.empty_like(a, shape=(*a.shape[:-1], 1))
@@ -706,15 +676,7 @@ def _softmax_like(name: str, log: bool) -> None:
         else:  # times the reciprocal, as ONNX Runtime's softmax
             out *= xp.reciprocal(total, out=total)
 
-    def kernel(xp: Any, attrs: SoftmaxAttrs) -> Callable[..., None]:
-        """On the host, softmax over the last axis by the compiled row kernel (one call)
-        where numba is installed; else ``compute``."""
-        def numpy_path(x: Any, out: Any) -> None:
-            compute(xp, [x], [out], attrs)
-
-        return numpy_path if log else host_rows(xp, "softmax_rows", attrs.axis, numpy_path)
-
-    _register(name, SoftmaxAttrs, 1, infer, compute, kernel=kernel)
+    _register(name, SoftmaxAttrs, 1, infer, compute)
 
 
 _softmax_like("softmax", log=False)

@@ -1,6 +1,6 @@
 """Compiled (numba) one-pass kernels over the rows of a contiguous 2-D array, for the host.
 
-Imported only through :func:`graphrt.lib.ops.host_jit.row_kernels`, which falls back to the
+Imported only through :func:`graphrt.kernels.cpu.jit.row_kernels`, which falls back to the
 numpy path where numba is missing. Each row is read from cache once per pass and nothing is
 allocated; sums accumulate in float64 (for float32 data too), so no correction for data far
 from zero is needed. Compiled for float32 and float64 when this module is first imported (at

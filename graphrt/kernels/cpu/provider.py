@@ -1,0 +1,148 @@
+"""The cpu's compiled kernels behind the provider interface (:mod:`graphrt.kernels.base`).
+
+- ``conv``, ``conv2d``: the direct or pointwise convolution (2-D float32 of one group), with
+  its ``+ residual`` / relu epilogue (:mod:`graphrt.kernels.cpu.conv`).
+- ``max_pool``, ``max_pool2d``: the compiled max pool (float32, 2-D windows, no indices;
+  :mod:`graphrt.kernels.cpu.pool`).
+- ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
+  float64; :mod:`graphrt.kernels.cpu.row_kernels`).
+- ``dense``, ``matmul``, ``batch_matmul``: the reference under the graph's BLAS thread policy
+  (below).
+- runs of elementwise steps: one compiled loop per run (static shapes only;
+  :mod:`graphrt.kernels.cpu.loops`).
+
+Where a kernel does not apply, the provider answers None and the reference runs.
+Everything is decided in :meth:`CpuProvider.prepare`, at ``create()``: whether numba is there
+(and ``GRAPHRT_JIT``), the convolution's plan, whether a row or pool kernel takes these types.
+A static node's kernel then runs with no check; a dynamic node's decides per shape (cached).
+
+BLAS thread policy: a graph that runs kernels on the helper threads (a compiled convolution or
+max pool) runs its small GEMMs (under :data:`SMALL_GEMM` multiply-adds at the planned shapes)
+on one BLAS thread and quiets the helpers before every GEMM: OpenBLAS's workers spin for about
+0.1 s after a threaded call, and a spinning worker takes the core a convolution's helper needs
+(:mod:`graphrt.kernels.cpu.blas_threads`). The provider is made per compiled graph, so the
+policy is that graph's, fixed once ``create()`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import Any
+
+from ...ops import OpDef, TensorType, normalize_axis
+from ...ops.convolution import conv_geometry
+from ...ops.nn import conv2d_geometry, pool2d_windows
+from ...ops.pooling import axis_windows
+from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
+from .blas_threads import blas_held
+from .conv import conv_epilogue, conv_plan, run_conv
+from .crew import quiet
+from .jit import direct_conv, rows_call
+from .loops import fused_runs
+from .pool import max_pool_call
+
+__all__ = ["SMALL_GEMM", "CpuProvider"]
+
+SMALL_GEMM = 1 << 24
+"""Multiply-adds below which a GEMM of a graph with compiled convolutions runs on one BLAS
+thread."""
+
+_CONVS = frozenset({"conv", "conv2d"})
+_GEMMS = frozenset({"dense", "matmul", "batch_matmul"})
+_OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "softmax", "layer_norm"}
+
+
+class CpuProvider:
+    """The compiled cpu kernels of one compiled graph (see the module docstring).
+
+    Attributes:
+        crew: whether this graph runs a kernel on the helper threads (set while its ops are
+            prepared, at ``create()``; its GEMMs follow the BLAS policy then).
+    """
+
+    name = "cpu"
+
+    def __init__(self) -> None:
+        self.crew = False
+
+    def supports(self, op: OpDef) -> bool:
+        return op.name in _OPS
+
+    def takes_epilogue(self, op: OpDef) -> bool:
+        return op.name in _CONVS
+
+    def prepare(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType],
+                outputs: Sequence[TensorType], epilogue: Epilogue, *, dynamic: bool,
+                xp: Any) -> Prepared | None:
+        name = op.name
+        if name in _CONVS:
+            return self._conv(op, attrs, inputs, outputs[0], epilogue, dynamic, xp)
+        if epilogue:
+            return None
+        call: Callable[..., None] | None = None
+        if name in ("max_pool", "max_pool2d") and not getattr(attrs, "indices", False):
+            windows = (pool2d_windows(attrs) if name == "max_pool2d"
+                       else axis_windows(attrs, len(attrs.kernel)))
+            call = max_pool_call(inputs[0], outputs[0], windows, dynamic=dynamic)
+            self.crew = self.crew or call is not None
+        elif name == "softmax":
+            call = rows_call("softmax_rows", attrs.axis, inputs[0], (),
+                             op.positional(xp, attrs, 1), dynamic=dynamic)
+        elif name == "layer_norm":
+            call = rows_call("layer_norm_rows", normalize_axis(attrs.axis, len(inputs[0].shape)),
+                             inputs[0], inputs[1:], op.positional(xp, attrs, 3),
+                             (attrs.epsilon,), dynamic=dynamic)
+        elif name in _GEMMS:
+            call = self._gemm(op.positional(xp, attrs, len(inputs)), inputs, outputs[0])
+        return None if call is None else Prepared(call, capturable=False, provider=self.name)
+
+    def fuse(self, steps: Sequence[ElementwiseStep], exported: set[str],
+             types: dict[str, TensorType], *, dynamic: bool, xp: Any) -> list[FusedRun]:
+        if dynamic:  # the compiled loops are specialized to the shapes
+            return []
+        return fused_runs(steps, exported, types)
+
+    def _conv(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
+              epilogue: Epilogue, dynamic: bool, xp: Any) -> Prepared | None:
+        """The compiled convolution, planned here (per shape for a dynamic node)."""
+        x = inputs[0]
+        geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
+                    else conv_geometry(attrs, len(x.shape) - 2))
+        plan = conv_plan(x.shape, inputs[1].shape, out.shape, x.dtype, x.dtype, True,
+                         *geometry, direct_conv() is not None)
+        if plan.direct is None or 0 in out.shape:
+            return None
+        self.crew = True
+        workspace = tuple(plan.workspace())
+        if dynamic:
+            groups, strides, dilation, begin = geometry
+            residual, relu, n_in = epilogue.residual, epilogue.relu, len(inputs)
+
+            def per_shape(*arrays: Any) -> None:
+                extra = arrays[n_in] if residual else None
+                run_conv(xp, arrays[:n_in], arrays[n_in + residual:], groups, strides,
+                         dilation, begin, extra, relu)
+
+            return Prepared(per_shape, workspace, capturable=False, provider=self.name)
+        call = conv_epilogue(xp, inputs, out, *geometry, epilogue.residual, epilogue.relu)
+        return None if call is None else Prepared(call, workspace, capturable=False,
+                                                  provider=self.name)
+
+    def _gemm(self, reference: Callable[..., None], inputs: Sequence[TensorType],
+              out: TensorType) -> Callable[..., None]:
+        """The reference GEMM under this graph's BLAS policy (see the module docstring)."""
+        a = inputs[0]
+        small = prod(out.shape) * (a.shape[-1] if a.shape else 1) < SMALL_GEMM
+        provider = self
+
+        def gemm(*arrays: Any) -> None:
+            if provider.crew:  # fixed once create() returns
+                quiet()
+                if small:
+                    with blas_held(1):
+                        reference(*arrays)
+                    return
+            reference(*arrays)
+
+        return gemm
