@@ -41,7 +41,8 @@ from .crew import run_jobs
 from .jit import direct_conv as direct_kernels
 
 __all__ = ["DirectPlan", "HostConvPlan", "PointwisePlan", "conv_epilogue", "conv_plan",
-           "direct_plan", "pointwise_plan", "run_conv", "run_direct", "run_pointwise"]
+           "direct_plan", "pointwise_plan", "run_conv", "run_conv_with", "run_direct",
+           "run_pointwise"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
 # and pointwise 6 output channels x 16 pixels.
@@ -358,8 +359,17 @@ def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int
     kernel where numba is there), then ``+ residual`` and relu: as the compiled kernels
     store, else in place after the reference. ``outputs``: the output, then the plan's
     workspace or nothing (allocated for the call)."""
+    run_conv_with(direct_kernels(), xp, inputs, outputs, groups, strides, dilation, begin,
+                  residual, relu)
+
+
+def run_conv_with(kernels: ModuleType | None, xp: Any, inputs: Sequence[Any],
+                  outputs: Sequence[Any], groups: int, strides: tuple[int, ...],
+                  dilation: tuple[int, ...], begin: tuple[int, ...], residual: Any = None,
+                  relu: bool = False) -> None:
+    """:func:`run_conv` with the compiled ``kernels`` decided by the caller (None: the
+    reference), so a kernel prepared at ``create()`` never asks again."""
     x, weight, out = inputs[0], inputs[1], outputs[0]
-    kernels = direct_kernels()
     plan = conv_plan(tuple(x.shape), tuple(weight.shape), tuple(out.shape), str(x.dtype),
                      gemm_dtype(xp, x.dtype).name, True, groups, strides, dilation, begin,
                      kernels is not None)

@@ -36,7 +36,7 @@ from ...ops.nn import conv2d_geometry, pool2d_windows
 from ...ops.pooling import axis_windows
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
 from .blas_threads import blas_held
-from .conv import conv_epilogue, conv_plan, run_conv
+from .conv import conv_epilogue, conv_plan, run_conv_with
 from .crew import quiet
 from .jit import direct_conv, rows_call
 from .loops import fused_runs
@@ -109,8 +109,9 @@ class CpuProvider:
         x = inputs[0]
         geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
                     else conv_geometry(attrs, len(x.shape) - 2))
+        kernels = direct_conv()
         plan = conv_plan(x.shape, inputs[1].shape, out.shape, x.dtype, x.dtype, True,
-                         *geometry, direct_conv() is not None)
+                         *geometry, kernels is not None)
         if plan.direct is None or 0 in out.shape:
             return None
         self.crew = True
@@ -121,8 +122,8 @@ class CpuProvider:
 
             def per_shape(*arrays: Any) -> None:
                 extra = arrays[n_in] if residual else None
-                run_conv(xp, arrays[:n_in], arrays[n_in + residual:], groups, strides,
-                         dilation, begin, extra, relu)
+                run_conv_with(kernels, xp, arrays[:n_in], arrays[n_in + residual:], groups,
+                              strides, dilation, begin, extra, relu)
 
             return Prepared(per_shape, workspace, capturable=False, provider=self.name)
         call = conv_epilogue(xp, inputs, out, *geometry, epilogue.residual, epilogue.relu)
