@@ -32,11 +32,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..devices import Device, Replay, backend_for
+from ..devices import Backend, Device, Replay, backend_for
+from .compiled import CompiledGraph
 from .runner import Failure, execute
 from .steps import Step, StepTable
 
-__all__ = ["MAX_GRAPHS", "CaptureReport", "CaptureRunner"]
+__all__ = ["MAX_GRAPHS", "CaptureReport", "CaptureRunner", "capture_runner"]
 
 logger = logging.getLogger("graphrt")
 
@@ -191,6 +192,35 @@ class CaptureRunner:
         self._current = None
         logger.warning("graph capture is off for this run context from now on: %s; its runs "
                        "go node by node", reason)
+
+
+def capture_runner(compiled: CompiledGraph) -> CaptureRunner:
+    """The capture runner of one run context of ``compiled`` (``create(..., cuda_graph=True)``)."""
+    return CaptureRunner(functools.partial(_recording_device, compiled),
+                         _capture_off(compiled))
+
+
+def _recording_device(compiled: CompiledGraph, kind: str, nid: int) -> Device | None:
+    """The device that records a step under graph capture, or None (run it alone): a node
+    whose prepared kernels are all capturable, on a device that records work."""
+    if kind != "op" or nid not in compiled.capturable:
+        return None
+    dev = compiled.plan.node_device[nid]
+    return dev if type(backend_for(dev)).capture is not Backend.capture else None
+
+
+def _capture_off(compiled: CompiledGraph) -> str | None:
+    """Why this graph records nothing under ``cuda_graph=True``, or None."""
+    shapes = compiled.shapes
+    if shapes is not None and shapes.nodes:
+        return ("its shape functions read tensor values on the host, so later shapes are "
+                "known only while it runs")
+    if not any(_recording_device(compiled, "op", p.nid) for p in compiled.programs
+               if not p.is_copy):
+        return ("none of its kernels can be recorded: none runs on a device that records "
+                "work (cpu kernels are plain calls), or their prepared kernels are not "
+                "capturable")
+    return None
 
 
 def _segments(table: StepTable, devices_of: Callable[[str, int], Device | None]

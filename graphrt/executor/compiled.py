@@ -3,15 +3,16 @@
 A :class:`CompiledGraph` holds the graph, its storage plan (scratch for lowered functions
 included), one :class:`NodeProgram` per executable node (its kernel, or its lowered function,
 and the entries it reads and writes), the shape program of a dynamic graph, and the params,
-held once for every run context made from it. :func:`compile_graph` builds one and allocates
-nothing; a :class:`~graphrt.executor.context.RunContext` allocates a run's memory.
+held once for every run context made from it. :func:`compile_graph` builds one by a line of
+passes and allocates nothing; a :class:`~graphrt.executor.context.RunContext` allocates a
+run's memory.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
@@ -21,11 +22,13 @@ from ..kernels import KernelChain, chain
 from ..lib import FusedFunction, Kernel, Library, Lowering, ShapeFunction, TensorType
 from ..schema import COPY, NOP, Graph, Node
 from ..storage import (
+    Placement,
     ScratchNeed,
     StoragePlan,
+    assign_storage,
     check_capacity,
     check_storage_ids,
-    plan_storage,
+    place,
     with_scratch,
 )
 from .parallel import ParallelPlan, function_flops, plan_parallel, resolve_threads
@@ -62,6 +65,13 @@ class NodeProgram:
     @property
     def is_copy(self) -> bool:
         return self.kernel is None
+
+    @property
+    def capturable(self) -> bool:
+        """Whether its kernels' work may be recorded into a device graph: every prepared
+        kernel of its lowering says so (:attr:`graphrt.kernels.Prepared.capturable`); a
+        Python kernel is recorded like any other kernel of its device."""
+        return self.lowering is None or self.lowering.capturable
 
 
 def run_calls(calls: Sequence[tuple[Kernel, tuple[Any, ...]]]) -> None:
@@ -104,6 +114,8 @@ class CompiledGraph:
             (plan.entry_device[p.eids[0]], plan.entry_device[p.eids[1]],
              graph.entries[p.eids[0]].nbytes) for p in programs if p.is_copy]))
         self.private_sids = tuple(self._private_sid(eid) for eid in self.input_eids)
+        self.capturable = frozenset(p.nid for p in programs if not p.is_copy and p.capturable)
+        """The nodes whose work may be recorded into a device graph (``cuda_graph``)."""
 
     def _private_sid(self, eid: int) -> int | None:
         """The input's storage id if only its alias group uses it (so a context that reads
@@ -126,6 +138,11 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                   cuda_graph: bool = False) -> CompiledGraph:
     """Plan, resolve and lower everything a run needs, allocating nothing.
 
+    A straight line of passes, each returning a new frozen :class:`Compilation`: place every
+    entry on a device, lower (resolve kernels, lower declarative functions), decide a parallel
+    run (which may give entries storage ids of their own), assign storage, lay out scratch,
+    then check it all fits the devices.
+
     Args:
         graph: the validated graph.
         library: its kernels and declarative functions.
@@ -146,19 +163,83 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         PlacementError, KernelNotFoundError, GraphFormatError (among others: two entries live
             at the same time on one storage id, see :func:`graphrt.storage.check_storage_ids`).
     """
-    plan = plan_storage(graph, devices, strict=strict, device_map=device_map)
+    placed = _place(graph, devices, strict=strict, device_map=device_map)
+    lowered = _lower(placed, library)
+    decided = _parallelize(lowered, library, inter_op_threads)
+    stored = _assign_storage(decided)
+    done = _plan_scratch(stored)
+    check_capacity(done.graph, done.plan, capacity or {})
+    return _finish(done, library, require_inputs=require_inputs, cuda_graph=cuda_graph)
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """What the passes of :func:`compile_graph` have decided so far; each returns a new one.
+
+    Attributes:
+        graph: the graph (the parallel pass may give it other storage ids).
+        placement: the device of every entry and node, decided once.
+        plan: the pool of the graph's storage ids on those devices, then the scratch of
+            lowered functions.
+        programs: each executable node's program (empty until lowered).
+        parallel: how a parallel run goes, or None (sequential, or not decided yet).
+    """
+
+    graph: Graph
+    placement: Placement
+    plan: StoragePlan
+    programs: tuple[NodeProgram, ...] = ()
+    parallel: ParallelPlan | None = None
+
+
+def _place(graph: Graph, devices: Sequence[Device], *, strict: bool,
+           device_map: Mapping[int, Device] | None) -> Compilation:
+    """Place every entry and node on a device, and check the storage ids the graph brings
+    (one device each, no two entries live at once on one id)."""
+    placement = place(graph, devices, strict=strict, device_map=device_map)
+    plan = assign_storage(graph, placement)
     check_storage_ids(graph)
-    programs = _programs(graph, plan, library)
+    return Compilation(graph, placement, plan)
+
+
+def _lower(placed: Compilation, library: Library) -> Compilation:
+    """Resolve every node's kernel, or lower its declarative function, for its device."""
+    return replace(placed, programs=_programs(placed.graph, placed.plan, library))
+
+
+def _parallelize(lowered: Compilation, library: Library,
+                 inter_op_threads: int | None) -> Compilation:
+    """Decide which nodes run at once (see :mod:`graphrt.executor.parallel`): the plan, and
+    the graph with the storage ids a parallel run needs."""
+    graph, plan, programs = lowered.graph, lowered.plan, lowered.programs
     planned = plan_parallel(graph, plan, programs,
                             lambda: _flops(graph, plan, library, programs),
                             resolve_threads(inter_op_threads),
                             auto=inter_op_threads is None)
-    if planned is not None:
-        graph = planned[1]
-        plan = plan_storage(graph, devices, strict=strict, device_map=device_map)
-    plan = with_scratch(plan, scratch_needs(programs))
-    programs = tuple(_with_offsets(p, plan) for p in programs)
-    check_capacity(graph, plan, capacity or {})
+    return lowered if planned is None else replace(lowered, graph=planned[1],
+                                                   parallel=planned[0])
+
+
+def _assign_storage(decided: Compilation) -> Compilation:
+    """The storage pool of the graph as decided: the one sized when it was placed, unless the
+    parallel pass gave it other storage ids (the placement stays: only ids changed)."""
+    if decided.parallel is None:
+        return decided
+    return replace(decided, plan=assign_storage(decided.graph, decided.placement))
+
+
+def _plan_scratch(stored: Compilation) -> Compilation:
+    """Lay out the intermediates of lowered functions in one scratch arena per device, and
+    tell each program its offsets."""
+    plan = with_scratch(stored.plan, scratch_needs(stored.programs))
+    return replace(stored, plan=plan,
+                   programs=tuple(_with_offsets(p, plan) for p in stored.programs))
+
+
+def _finish(done: Compilation, library: Library, *, require_inputs: bool,
+            cuda_graph: bool) -> CompiledGraph:
+    """The compiled graph, with the shape program a dynamic graph needs; fallbacks logged."""
+    graph, plan = done.graph, done.plan
     shape_functions = resolve_shape_functions(graph, library)
     shapes = ShapePlan(graph, shape_functions) if graph.is_dynamic or shape_functions else None
     if plan.fallbacks:
@@ -166,9 +247,8 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
         logger.warning("%d of %d entries fell back to %s (%s); see GraphModule.placement()",
                        len(plan.fallbacks), len(graph.entries), plan.devices[0],
                        ", ".join(kinds))
-    return CompiledGraph(graph, plan, programs, shapes, require_inputs=require_inputs,
-                         parallel=None if planned is None else planned[0],
-                         cuda_graph=cuda_graph)
+    return CompiledGraph(graph, plan, done.programs, shapes, require_inputs=require_inputs,
+                         parallel=done.parallel, cuda_graph=cuda_graph)
 
 
 def _flops(graph: Graph, plan: StoragePlan, library: Library,

@@ -80,6 +80,9 @@ class DynamicRunner:
                         for p in compiled.programs if p.is_copy]
         self.env: dict[str, int] = {}
         self.input_shapes = [self.graph.entries[eid].shape for eid in compiled.input_eids]
+        """The shape of each input's data: a zero-copy binding's, else its own slot's."""
+        self.slot_shapes = list(self.input_shapes)
+        """The shape of the data in each input's own slot (what ``set_input`` copied)."""
         self._last_inputs: tuple[tuple[int, ...], ...] | None = None
 
     def with_stages(self, specs: Sequence[StepSpec]) -> list[StepSpec]:
@@ -114,6 +117,7 @@ class DynamicRunner:
 
     def set_input_shape(self, position: int, eid: int, shape: tuple[int, ...]) -> None:
         """An input's slot now holds data of ``shape``: view it so (and its aliases later)."""
+        self.slot_shapes[position] = shape
         self.input_shapes[position] = shape
         if eid in self.dynamic_eids and self._actual[eid] != shape:
             assert self.table is not None

@@ -1,13 +1,47 @@
-"""Memory per device: what a run uses, what one context holds, and the params held once."""
+"""A run context's memory: the slot per storage id it allocates (:class:`SlotPool`), and the
+report of memory per device: what a run uses, what one context holds, and the params held once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..devices import Device
+from ..devices import Array, Device, allocate, backend_for
+from .compiled import CompiledGraph
 
-__all__ = ["MemoryReport"]
+__all__ = ["MemoryReport", "SlotPool"]
+
+
+class SlotPool:
+    """A context's byte buffer per storage id, allocated when first needed (at ``create()``,
+    or for the slot of a param a run context stopped reading from the params, when its input
+    is set again: a failure then is a :class:`PlacementError` from that ``set_input``)."""
+
+    def __init__(self, compiled: CompiledGraph, skip: set[int]) -> None:
+        self._slots = compiled.plan.pool
+        self._label = compiled.graph.entry_label
+        self._entries, self._devices = compiled.graph.entries, compiled.plan.entry_device
+        self.buffers: dict[int, Array] = {}
+        for sid in self._slots:
+            if sid not in skip:
+                self(sid)
+
+    def __call__(self, sid: int) -> Array:
+        buffer = self.buffers.get(sid)
+        if buffer is None:
+            slot = self._slots[sid]
+            what = f"storage_id {sid} ({self._label(slot.entries[0])})"
+            buffer = self.buffers[sid] = allocate(slot.device, slot.nbytes, what)
+        return buffer
+
+    def view(self, eid: int) -> Array:
+        """Entry ``eid`` as a typed view of its slot, at its planned shape."""
+        entry = self._entries[eid]
+        backend = backend_for(self._devices[eid])
+        return backend.view(self(entry.sid), entry.shape, entry.dtype.numpy)
+
+    def release(self, sid: int) -> None:
+        self.buffers.pop(sid, None)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,12 @@ from ..lib import LibrarySource, as_library
 from ..params import iter_params
 from ..schema import Graph, GraphSource, load_graph
 from ..storage import PlacementReport, StoragePlan, placement_report
+from . import instruments
+from .bindings import Bindings
+from .checks import listing
 from .compiled import CompiledGraph, compile_graph
-from .context import RunContext, listing
+from .context import RunContext
+from .feeds import Feeds
 from .memory import MemoryReport
 from .parallel import MAX_THREADS
 
@@ -117,10 +121,32 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
 
 def _per_thread(method: Callable[Concatenate[RunContext, P], R]
                 ) -> Callable[Concatenate[GraphModule, P], R]:
-    """``method`` of the calling thread's run context, as a method of the module."""
+    """``method`` of the calling thread's run context (or a function over it), as a method of
+    the module."""
     @functools.wraps(method)
     def call(self: GraphModule, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return method(self.context, *args, **kwargs)
+
+    return call
+
+
+def _per_thread_feeds(method: Callable[Concatenate[Feeds, P], R]
+                      ) -> Callable[Concatenate[GraphModule, P], R]:
+    """``method`` of the calling thread's feeds (its inputs and outputs), as a method of the
+    module."""
+    @functools.wraps(method)
+    def call(self: GraphModule, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(self.context.feeds, *args, **kwargs)
+
+    return call
+
+
+def _per_thread_bindings(method: Callable[Concatenate[Bindings, P], R]
+                         ) -> Callable[Concatenate[GraphModule, P], R]:
+    """``method`` of the calling thread's zero-copy bindings, as a method of the module."""
+    @functools.wraps(method)
+    def call(self: GraphModule, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(self.context.bindings, *args, **kwargs)
 
     return call
 
@@ -267,17 +293,17 @@ class GraphModule:
     run = _per_thread(RunContext.run)
     __call__ = _per_thread(RunContext.__call__)
     invoke_with_outputs = _per_thread(RunContext.invoke_with_outputs)
-    set_input = _per_thread(RunContext.set_input)
-    set_input_zero_copy = _per_thread(RunContext.set_input_zero_copy)
-    set_output_zero_copy = _per_thread(RunContext.set_output_zero_copy)
-    get_input = _per_thread(RunContext.get_input)
-    get_output = _per_thread(RunContext.get_output)
+    set_input = _per_thread_feeds(Feeds.set_input)
+    set_input_zero_copy = _per_thread_bindings(Bindings.set_input_zero_copy)
+    set_output_zero_copy = _per_thread_bindings(Bindings.set_output_zero_copy)
+    get_input = _per_thread_feeds(Feeds.get_input)
+    get_output = _per_thread_feeds(Feeds.get_output)
     capture_report = _per_thread(RunContext.capture_report)
     last_run_transfers = _per_thread(RunContext.last_run_transfers)
-    profile = _per_thread(RunContext.profile)
-    benchmark = _per_thread(RunContext.benchmark)
-    debug_get_output = _per_thread(RunContext.debug_get_output)
-    dump_outputs = _per_thread(RunContext.dump_outputs)
+    profile = _per_thread(instruments.profile)
+    benchmark = _per_thread(instruments.benchmark)
+    debug_get_output = _per_thread(instruments.debug_get_output)
+    dump_outputs = _per_thread(instruments.dump_outputs)
 
     # -- information -----------------------------------------------------------------------
 

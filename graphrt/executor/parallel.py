@@ -38,12 +38,12 @@ from dataclasses import dataclass, replace
 from math import isqrt, prod
 from typing import Any
 
-from ..lib import FusedFunction, OpError, TensorType
 from ..kernels.cpu.blas_threads import blas_held
+from ..lib import FusedFunction, OpError, TensorType
 from ..schema import Graph
 from ..storage import StoragePlan
 from .runner import Failure
-from .steps import AliasGroups, Step
+from .steps import AliasGroups, Step, StepTable
 
 __all__ = ["AUTO_PARALLEL", "MAX_THREADS", "MIN_GRAPH_SHARE", "MIN_WAVE_SAVING", "ParallelPlan",
            "ParallelRunner", "function_flops", "plan_parallel",
@@ -58,10 +58,9 @@ AUTO_THREADS = 4
 AUTO_PARALLEL = False
 """Whether ``inter_op_threads=None`` may run a graph in parallel at all (then where the
 estimate says so). Off: numpy's OpenBLAS (scipy-openblas 0.3.31, pthreads) serializes sgemm
-calls made from two threads at once: 8 512x512 sgemms took 32.5 ms in 2 lanes of 1-thread
-BLAS, 34.3 ms on one thread, 17.8 ms on one thread with 2-thread BLAS (2-core machine, quiet,
-interleaved medians); the 8-branch model ran 1.55x slower in 2 lanes than sequentially. Lanes
-won (0.56-0.74x) only while other processes kept the cores busy, where 2-thread BLAS stalls."""
+calls made from two threads at once, so lanes of one-thread BLAS lose to one thread with
+threaded BLAS on a quiet machine (docs/performance.md, "Inter-op parallelism", has the
+figures)."""
 
 MIN_WAVE_SAVING = 20_000_000
 """Multiply-adds x 2 (flops) a wave's lanes must save (its total less its longest lane) to run
@@ -317,8 +316,7 @@ class ParallelRunner:
     """Runs a context's steps by a :class:`ParallelPlan` (the steps after the programs', the
     copies into bound outputs, run last on the calling thread).
 
-    After a failed run, :attr:`first_unfinished` is the lowest node id whose outputs that run
-    may not have written.
+    A failed run tells ``fail`` the lowest node id whose outputs it may not have written.
     """
 
     def __init__(self, plan: ParallelPlan, nids: Sequence[int]) -> None:
@@ -331,20 +329,19 @@ class ParallelRunner:
                 lowest = min([lowest, *(nids[i] for lane in wave for i in lane)])
                 later.append(lowest)
         self._unfinished_from = tuple(reversed(later))  # per wave, in run order
-        self.first_unfinished = -1
 
-    def run(self, steps: Sequence[Step], nids: Sequence[int], fail: Failure) -> None:
+    def run(self, table: StepTable, fail: Failure) -> None:
         """Run every step; raise what ``fail`` makes of the first failure (in node order among
         the failures of the wave where it happened)."""
+        steps, nids = table.steps, table.nids
         position = 0
         for parallel, waves in self.plan.segments:
             with blas_held(self.plan.blas_threads) if parallel else nullcontext():
                 for wave in waves:
                     failed = self._wave(steps, wave) if parallel else _run_lane(steps, wave[0])
                     if failed is not None:
-                        self.first_unfinished = self._unfinished_from[position]
                         index, err = failed
-                        error = fail(nids[index], err)
+                        error = fail(nids[index], err, self._unfinished_from[position])
                         if error is err:
                             raise err
                         raise error from err
@@ -353,8 +350,7 @@ class ParallelRunner:
         if tail:
             failed = _run_lane(steps, tail)
             if failed is not None:
-                self.first_unfinished = nids[failed[0]]
-                error = fail(nids[failed[0]], failed[1])
+                error = fail(nids[failed[0]], failed[1], nids[failed[0]])
                 if error is failed[1]:
                     raise error
                 raise error from failed[1]

@@ -6,6 +6,11 @@ node's outputs and stopping after a node are *hooks* called around each step; sh
 stages of a dynamic graph are steps like any other. Whatever a step raises is handed to
 ``fail`` with the id of its node, which turns it into the error to raise (an
 :class:`~graphrt.ExecutionError` naming the node, the cause chained).
+
+A run context picks its :data:`Runner` once, when it is made: :func:`in_order`, the lanes of a
+:class:`~graphrt.executor.parallel.ParallelRunner`, or the recordings of a
+:class:`~graphrt.executor.capture.CaptureRunner`. A hooked run is an instrument's choice
+(:func:`with_hook`), always in order.
 """
 
 from __future__ import annotations
@@ -16,12 +21,25 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..schema import Graph
-from .steps import Step
+from .steps import Step, StepTable
 
-__all__ = ["Dumper", "Failure", "StepHook", "StopAfter", "execute"]
+__all__ = ["Dumper", "Failure", "Runner", "StepHook", "StopAfter", "execute", "in_order",
+           "with_hook"]
 
-Failure = Callable[[int, Exception], Exception]
-"""``fail(node_id, error)``: the exception to raise for a step of ``node_id`` that raised."""
+
+class Failure(Protocol):
+    """``fail(node_id, error)``: the exception to raise for a step of ``node_id`` that raised.
+
+    A parallel run also passes ``unfinished``, the lowest node whose outputs it may not have
+    written (nodes of later waves may come before the failed one in node order).
+    """
+
+    def __call__(self, nid: int, err: Exception, unfinished: int | None = None, /
+                 ) -> Exception: ...
+
+
+Runner = Callable[[StepTable, Failure], None]
+"""``run(table, fail)``: one run of a table's steps, by some strategy (see the module)."""
 
 
 class StepHook(Protocol):
@@ -62,6 +80,19 @@ def execute(steps: Sequence[Step], nids: Sequence[int], fail: Failure,
         if error is err:
             raise
         raise error from err
+
+
+def in_order(table: StepTable, fail: Failure) -> None:
+    """The sequential :data:`Runner`: every step of ``table`` in order."""
+    execute(table.steps, table.nids, fail)
+
+
+def with_hook(hook: StepHook) -> Runner:
+    """A :data:`Runner` that runs every step in order with ``hook`` around each one."""
+    def run(table: StepTable, fail: Failure) -> None:
+        execute(table.steps, table.nids, fail, hook)
+
+    return run
 
 
 def _node_of(steps: Sequence[Step], nids: Sequence[int], fn: object, args: object) -> int:

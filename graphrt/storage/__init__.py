@@ -10,7 +10,17 @@ from .liveness import (
     live_ranges,
     plan_storage_ids,
 )
-from .plan import Fallback, PoolEntry, StoragePlan, check_capacity, plan_storage, with_scratch
+from .plan import (
+    Fallback,
+    Placement,
+    PoolEntry,
+    StoragePlan,
+    assign_storage,
+    check_capacity,
+    place,
+    plan_storage,
+    with_scratch,
+)
 from .report import (
     CopyInfo,
     DeviceUsage,
@@ -27,6 +37,7 @@ __all__ = [
     "DeviceUsage",
     "Fallback",
     "FallbackInfo",
+    "Placement",
     "PlacementReport",
     "PoolEntry",
     "RemapInfo",
@@ -35,10 +46,12 @@ __all__ = [
     "StorageAssignment",
     "StoragePlan",
     "alias_roots",
+    "assign_storage",
     "assign_storage_ids",
     "check_capacity",
     "check_storage_ids",
     "live_ranges",
+    "place",
     "placement_report",
     "plan_scratch",
     "plan_storage",

@@ -17,8 +17,8 @@ from ..errors import PlacementError
 from ..schema import COPY, Graph
 from .scratch import ScratchNeed, ScratchPlan, plan_scratch
 
-__all__ = ["Fallback", "PoolEntry", "StoragePlan", "check_capacity", "plan_storage",
-           "with_scratch"]
+__all__ = ["Fallback", "Placement", "PoolEntry", "StoragePlan", "assign_storage",
+           "check_capacity", "place", "plan_storage", "with_scratch"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,77 @@ def _check_devices(devices: Sequence[Device]) -> tuple[Device, ...]:
     return tuple(devices)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where every entry lives and every node runs, before any storage is sized.
+
+    Attributes:
+        devices: the devices given, devices[0] being the fallback.
+        entry_device: the device of each entry, by entry id.
+        node_device: the device each node runs on, by node id.
+        fallbacks: every entry that fell back to devices[0].
+        device_map: graph device type codes placed on another device than TVM's rule would
+            choose, by the caller's request.
+    """
+
+    devices: tuple[Device, ...]
+    entry_device: tuple[Device, ...]
+    node_device: tuple[Device, ...]
+    fallbacks: tuple[Fallback, ...]
+    device_map: Mapping[int, Device] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def place(graph: Graph, devices: Sequence[Device], *, strict: bool = False,
+          device_map: Mapping[int, Device] | None = None) -> Placement:
+    """Place every entry and node on a device (the first half of :func:`plan_storage`).
+
+    An entry whose ``device_index`` code is T goes on ``device_map[T]`` when the caller
+    remapped T, else on the first device of type T, else on ``devices[0]`` (a fallback,
+    reported in :attr:`Placement.fallbacks`).
+
+    Raises:
+        PlacementError: as :func:`plan_storage`, for everything but capacity.
+    """
+    devices = _check_devices(devices)
+    by_type = _placer(devices)
+    remap = dict(device_map or {})
+    for mapped, dev in remap.items():
+        if dev not in devices:
+            raise PlacementError(f"device_map sends device type {mapped} to {dev}, which is not "
+                                 f"among the devices given ({', '.join(map(str, devices))})")
+    by_type.update(remap)
+    entry_device: list[Device] = []
+    fallbacks: list[Fallback] = []
+    for entry in graph.entries:
+        code = entry.device_type
+        dev = devices[0] if code is None else by_type.get(code, devices[0])
+        if code is not None and code not in by_type:
+            fallbacks.append(Fallback(entry.eid, code, dev))
+        entry_device.append(dev)
+    if strict and fallbacks:
+        listed = "; ".join(f"{graph.entry_label(f.eid)}: {f.reason}" for f in fallbacks[:5])
+        more = f" (and {len(fallbacks) - 5} more)" if len(fallbacks) > 5 else ""
+        raise PlacementError(f"strict placement: {len(fallbacks)} entries would fall back to "
+                             f"{devices[0]}: {listed}{more}")
+    node_device = tuple(_node_device(graph, nid, entry_device, devices[0])
+                        for nid in range(len(graph.nodes)))
+    return Placement(devices, tuple(entry_device), node_device, tuple(fallbacks),
+                     MappingProxyType(remap))
+
+
+def assign_storage(graph: Graph, placement: Placement) -> StoragePlan:
+    """One slot per storage id of ``graph``, on the device of its entries (the second half
+    of :func:`plan_storage`).
+
+    Raises:
+        PlacementError: a storage id used on two devices.
+    """
+    pool = _plan_pool(graph, list(placement.entry_device))
+    return StoragePlan(placement.devices, MappingProxyType(pool), placement.entry_device,
+                       placement.node_device, placement.fallbacks,
+                       device_map=placement.device_map)
+
+
 def plan_storage(graph: Graph, devices: Sequence[Device], *, strict: bool = False,
                  capacity: Mapping[Device, int | None] | None = None,
                  device_map: Mapping[int, Device] | None = None) -> StoragePlan:
@@ -129,33 +200,7 @@ def plan_storage(graph: Graph, devices: Sequence[Device], *, strict: bool = Fals
         >>> plan = plan_storage(load_graph("examples/graphs/simplex.json"),  # doctest: +SKIP
         ...                     [graphrt.cpu(0), graphrt.sim(0)])
     """
-    devices = _check_devices(devices)
-    by_type = _placer(devices)
-    remap = dict(device_map or {})
-    for mapped, dev in remap.items():
-        if dev not in devices:
-            raise PlacementError(f"device_map sends device type {mapped} to {dev}, which is not "
-                                 f"among the devices given ({', '.join(map(str, devices))})")
-    by_type.update(remap)
-    entry_device: list[Device] = []
-    fallbacks: list[Fallback] = []
-    for entry in graph.entries:
-        code = entry.device_type
-        dev = devices[0] if code is None else by_type.get(code, devices[0])
-        if code is not None and code not in by_type:
-            fallbacks.append(Fallback(entry.eid, code, dev))
-        entry_device.append(dev)
-    if strict and fallbacks:
-        listed = "; ".join(f"{graph.entry_label(f.eid)}: {f.reason}" for f in fallbacks[:5])
-        more = f" (and {len(fallbacks) - 5} more)" if len(fallbacks) > 5 else ""
-        raise PlacementError(f"strict placement: {len(fallbacks)} entries would fall back to "
-                             f"{devices[0]}: {listed}{more}")
-
-    pool = _plan_pool(graph, entry_device)
-    node_device = tuple(_node_device(graph, nid, entry_device, devices[0])
-                        for nid in range(len(graph.nodes)))
-    plan = StoragePlan(devices, MappingProxyType(pool), tuple(entry_device), node_device,
-                       tuple(fallbacks), device_map=MappingProxyType(remap))
+    plan = assign_storage(graph, place(graph, devices, strict=strict, device_map=device_map))
     if capacity is not None:
         check_capacity(graph, plan, capacity)
     return plan

@@ -3,6 +3,7 @@ it: recordings replay the same calls on the same memory and refuse host reads me
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -12,6 +13,7 @@ from builders import GraphBuilder
 
 import graphrt
 from graphrt.executor.capture import MAX_GRAPHS
+from graphrt.kernels import ReferenceProvider
 from tests.conftest import MODELS, example_graph, host
 
 SIM = graphrt.devices.SIM
@@ -212,6 +214,44 @@ def test_a_graph_without_a_recording_device_says_why(caplog: pytest.LogCaptureFi
     assert report is not None and not report.enabled
     assert report.reason is not None and "cpu kernels are plain calls" in report.reason
     assert any("graph capture is off" in r.getMessage() for r in caplog.records)
+
+
+def test_capture_is_decided_per_prepared_kernel(sim: graphrt.Device,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node whose prepared kernel is not capturable runs alone between recorded segments,
+    on a device that records work; a graph of only such nodes records nothing, and says
+    why."""
+    real = ReferenceProvider.prepare
+
+    def prepare(self: ReferenceProvider, op: Any, *args: Any, **kwargs: Any) -> Any:
+        prepared = real(self, op, *args, **kwargs)
+        if prepared is None or op.name != "relu":
+            return prepared
+        return dataclasses.replace(prepared, capturable=False)
+
+    monkeypatch.setattr(ReferenceProvider, "prepare", prepare)
+    lib = counting_lib()
+    lib.define("relu1", {"inputs": ["x"], "outputs": ["y"],
+                         "body": [{"op": "relu", "inputs": ["x"], "outputs": ["y"]}]})
+    g = GraphBuilder(device_index=True)
+    ref = g.input("x", [4, 3], dev=SIM)
+    for name, func in (("k0", "add_one"), ("r", "relu1"), ("k1", "double")):
+        ref = g.op(name, func, [ref], shape=[4, 3], dev=SIM)
+    mod = graphrt.create(g.build([ref]), lib, "cpu", sim, cuda_graph=True)
+    x = np.arange(-6, 6, dtype="float32").reshape(4, 3)
+    for _ in range(3):
+        mod.run(x=x)
+        np.testing.assert_array_equal(host(mod.get_output(0)), np.maximum(x + 1, 0) * 2)
+    report = mod.capture_report()
+    assert report is not None and report.enabled and report.replays == 1
+    assert report.segments == 2 and report.eager_steps == 1  # relu runs between the two
+    only = GraphBuilder(device_index=True)
+    only_ref = only.op("r", "relu1", [only.input("x", [4, 3], dev=SIM)], shape=[4, 3], dev=SIM)
+    alone = graphrt.create(only.build([only_ref]), lib, "cpu", sim, cuda_graph=True)
+    alone.run(x=x)
+    report = alone.capture_report()
+    assert report is not None and not report.enabled
+    assert report.reason is not None and "not capturable" in report.reason
 
 
 def test_profiling_and_debugging_still_go_node_by_node(sim: graphrt.Device) -> None:
