@@ -28,7 +28,7 @@ from .compiled import CompiledGraph
 from .dynamic import DynamicRunner
 from .memory import SlotPool
 from .param_store import ParamReader
-from .steps import Step, StepSpec, StepTable
+from .steps import Step, StepRecipe, StepTable
 
 __all__ = ["Binding", "Bindings"]
 
@@ -64,7 +64,7 @@ class Bindings:
     """
 
     def __init__(self, compiled: CompiledGraph, pool: SlotPool, dynamic: DynamicRunner | None,
-                 specs: Sequence[StepSpec], unset: set[int], params: ParamReader) -> None:
+                 specs: Sequence[StepRecipe], unset: set[int], params: ParamReader) -> None:
         self.compiled, self.graph, self.plan = compiled, compiled.graph, compiled.plan
         self._pool, self._dynamic, self._unset, self._params = pool, dynamic, unset, params
         self.inputs: dict[int, Binding] = {

@@ -34,7 +34,7 @@ from .memory import MemoryReport, SlotPool
 from .parallel import ParallelRunner
 from .param_store import ParamReader
 from .runner import Runner, in_order
-from .steps import KernelSpec, LoweredSpec, StepSpec
+from .steps import KernelRecipe, LoweredRecipe, StepRecipe
 from .transfers import TransferLog
 
 __all__ = ["RunContext"]
@@ -94,8 +94,8 @@ class RunContext:
         elif parallel is not None:
             self._runner = ParallelRunner(parallel, [p.nid for p in compiled.programs]).run
 
-    def _specs(self) -> list[StepSpec]:
-        specs: list[StepSpec] = []
+    def _specs(self) -> list[StepRecipe]:
+        specs: list[StepRecipe] = []
         parallel = self.compiled.parallel
         for index, program in enumerate(self.compiled.programs):
             nid = program.nid
@@ -105,18 +105,18 @@ class RunContext:
                 staged = src.kind != dst.kind and "cpu" not in (src.kind, dst.kind)
                 move = copier(src, dst, staging=nbytes if staged else 0)
                 self._staging_bytes += nbytes if staged else 0
-                specs.append(KernelSpec(nid, "copy", move, program.eids, False))
+                specs.append(KernelRecipe(nid, "copy", move, program.eids, False))
             elif program.lowering is not None:
                 assert program.kernel is not None
                 dev = self.plan.node_device[nid]
                 lane = 0 if parallel is None else parallel.lane_of[index]
-                specs.append(LoweredSpec(nid, program.kernel, program.eids, program.flatten,
+                specs.append(LoweredRecipe(nid, program.kernel, program.eids, program.flatten,
                                          program.lowering, self._lane_arenas[lane].get(dev),
                                          program.scratch, backend_for(dev),
                                          self.graph.nodes[nid].label))
             else:
                 assert program.kernel is not None
-                specs.append(KernelSpec(nid, "op", program.kernel, program.eids,
+                specs.append(KernelRecipe(nid, "op", program.kernel, program.eids,
                                         program.flatten))
         if self._dynamic is not None:
             self._staging_bytes += sum(

@@ -21,7 +21,7 @@ from ..errors import ExecutionError, InputError
 from ..lib import TensorType
 from .compiled import CompiledGraph
 from .shapes import ShapeNode
-from .steps import FixedSpec, StepSpec, StepTable
+from .steps import FixedRecipe, StepRecipe, StepTable
 from .transfers import TransferLog, tally
 
 __all__ = ["DynamicRunner", "ShapeStage"]
@@ -85,13 +85,13 @@ class DynamicRunner:
         """The shape of the data in each input's own slot (what ``set_input`` copied)."""
         self._last_inputs: tuple[tuple[int, ...], ...] | None = None
 
-    def with_stages(self, specs: Sequence[StepSpec]) -> list[StepSpec]:
+    def with_stages(self, specs: Sequence[StepRecipe]) -> list[StepRecipe]:
         """``specs`` with each shape node's stage just before the node's first step."""
-        result: list[StepSpec] = []
+        result: list[StepRecipe] = []
         for spec in specs:
             stage = self.stages.get(spec.nid)
             if stage is not None and spec.kind != "shape":
-                result.append(FixedSpec(spec.nid, "shape", stage))
+                result.append(FixedRecipe(spec.nid, "shape", stage))
             result.append(spec)
         return result
 

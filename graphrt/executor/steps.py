@@ -21,7 +21,7 @@ from ..devices import Array, Backend
 from ..lib import Lowering, OpError, TensorType
 from ..schema import NOP, Graph
 
-__all__ = ["AliasGroups", "FixedSpec", "KernelSpec", "LoweredSpec", "Step", "StepSpec",
+__all__ = ["AliasGroups", "FixedRecipe", "KernelRecipe", "LoweredRecipe", "Step", "StepRecipe",
            "StepTable"]
 
 Step = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -50,7 +50,7 @@ class AliasGroups:
         self.members: dict[int, tuple[int, ...]] = {r: tuple(m) for r, m in members.items()}
 
 
-class StepSpec(Protocol):
+class StepRecipe(Protocol):
     """How to make one step from the entries' current arrays."""
 
     @property
@@ -73,7 +73,7 @@ def _own(view: Array, flatten: bool) -> Array:
 
 
 @dataclass(frozen=True)
-class KernelSpec:
+class KernelRecipe:
     """A kernel (or a copy) over entries: ``fn(*arrays of eids)``."""
 
     nid: int
@@ -87,7 +87,7 @@ class KernelSpec:
 
 
 @dataclass(frozen=True)
-class FixedSpec:
+class FixedRecipe:
     """A step that takes no entries (a shape-function stage)."""
 
     nid: int
@@ -99,7 +99,7 @@ class FixedSpec:
         return self.fn, ()
 
 
-class LoweredSpec:
+class LoweredRecipe:
     """A lowered declarative function over entries and the scratch arena of its device."""
 
     kind = "op"
@@ -153,7 +153,7 @@ class StepTable:
     that use them.
     """
 
-    def __init__(self, specs: Sequence[StepSpec], views: list[Array]) -> None:
+    def __init__(self, specs: Sequence[StepRecipe], views: list[Array]) -> None:
         self.views = views
         self._specs = tuple(specs)
         self._users: dict[int, list[int]] = {}

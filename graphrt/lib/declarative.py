@@ -93,7 +93,7 @@ def _fail(func: str, where: str, problem: str) -> GraphFormatError:
 
 
 @dataclass(frozen=True)
-class _Step:
+class _BodyStep:
     op: OpDef
     attrs: Any
     inputs: tuple[Name, ...]
@@ -151,7 +151,7 @@ class FusedFunction:
                     raise _fail(name, label, f"writes {describe(out)}, which is already defined "
                                 "(each name is assigned once)")
                 defined.add(out)
-            steps.append(_Step(op, attrs, tuple(step.inputs), tuple(step.outputs), label))
+            steps.append(_BodyStep(op, attrs, tuple(step.inputs), tuple(step.outputs), label))
         for out in spec.outputs:
             if out not in defined or out in spec.inputs:
                 raise _fail(name, "", f"output {describe(out)} is never written by a step")
@@ -302,7 +302,7 @@ class FusedFunction:
             calls[first : last + 1] = [call]
         return calls
 
-    def _infer(self, step: _Step, types: dict[Name, TensorType],
+    def _infer(self, step: _BodyStep, types: dict[Name, TensorType],
                declared: dict[Name, TensorType], where: str) -> list[TensorType]:
         in_types = [types[arg] for arg in step.inputs]
         if any(step.op.needs_data(len(in_types))):

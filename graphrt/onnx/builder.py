@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from ..errors import ConversionError
 from ..ops import OpError, TensorType, get_op
 
-__all__ = ["Builder", "Step", "TensorType"]
+__all__ = ["Builder", "ConvertedStep", "TensorType"]
 
 Array = np.ndarray[Any, Any]
 
@@ -39,7 +39,7 @@ FOLD_LIMIT = 1 << 26
 
 
 @dataclass
-class Step:
+class ConvertedStep:
     """``outputs = op(inputs, **attrs)``, made while converting ONNX node ``source``.
 
     Attributes:
@@ -61,7 +61,7 @@ class Builder:
 
     types: dict[str, TensorType] = field(default_factory=dict)
     constants: dict[str, Array] = field(default_factory=dict)
-    steps: list[Step] = field(default_factory=list)
+    steps: list[ConvertedStep] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     source: str = ""
     """The ONNX node being converted (set by the converter driver, recorded in steps)."""
@@ -201,7 +201,7 @@ class Builder:
         outputs = [self._fresh(op_name) for _ in out_types]
         for name, tensor in zip(outputs, out_types, strict=True):
             self.types[name] = tensor
-        self.steps.append(Step(op_name, list(inputs), outputs, attr_dict, self.source))
+        self.steps.append(ConvertedStep(op_name, list(inputs), outputs, attr_dict, self.source))
         return outputs
 
     def _fold(self, op_name: str, op: Any, attrs: Any, inputs: Sequence[str],

@@ -16,7 +16,7 @@ import orjson
 from ..devices.base import KIND_CODES
 from ..schema import COPY
 from ..storage import StorageAssignment, assign_storage_ids
-from .builder import Builder, Step
+from .builder import Builder, ConvertedStep
 
 __all__ = ["Emitted", "EmittedNode", "emit"]
 
@@ -74,7 +74,7 @@ class Emitted:
     nodes: tuple[EmittedNode, ...] = ()
 
 
-def _op_name(step: Step) -> str:
+def _op_name(step: ConvertedStep) -> str:
     """How TVM names the op in a fused function: ``nn_conv2d``, ``sum``, ``argmax``."""
     if step.op == "reduce" and isinstance(step.attrs.get("kind"), str):
         return str(step.attrs["kind"])
@@ -83,7 +83,7 @@ def _op_name(step: Step) -> str:
     return f"nn_{step.op}" if step.op in _NN_OPS else step.op
 
 
-def _func_base(steps: Sequence[Step]) -> str:
+def _func_base(steps: Sequence[ConvertedStep]) -> str:
     parts = [_op_name(s) for s in steps]
     name = "fused_" + "_".join(parts)
     if len(name) > _MAX_NAME:
@@ -105,7 +105,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _function(steps: Sequence[Step], inputs: Sequence[str], outputs: Sequence[str]
+def _function(steps: Sequence[ConvertedStep], inputs: Sequence[str], outputs: Sequence[str]
               ) -> dict[str, Any]:
     """A function document with positional names (in0, t0, out0): equal bodies compare equal."""
     rename = {name: f"in{i}" for i, name in enumerate(inputs)}

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..ops import OPS
-from .builder import Builder, Step
+from .builder import Builder, ConvertedStep
 
 __all__ = ["MAX_GROUP", "Pattern", "fold_batch_norms", "fuse_steps", "op_pattern"]
 
@@ -119,7 +119,7 @@ def _channel_vector(b: Builder, value: str, out: str, channels: int) -> Array | 
     return np.broadcast_to(const.reshape(-1).astype(np.float64), (channels,))
 
 
-def _affine_of(b: Builder, step: Step, value: str, channels: int) -> _Affine | None:
+def _affine_of(b: Builder, step: ConvertedStep, value: str, channels: int) -> _Affine | None:
     """``step`` as a per-channel affine map of ``value`` (its only non-constant input)."""
     ones, zeros = np.ones(channels), np.zeros(channels)
     ins = step.inputs
@@ -156,7 +156,8 @@ def _affine_of(b: Builder, step: Step, value: str, channels: int) -> _Affine | N
     return None
 
 
-def _fold_one(b: Builder, conv: Step, after: Step, outputs: Sequence[str]) -> bool:
+def _fold_one(b: Builder, conv: ConvertedStep, after: ConvertedStep, outputs: Sequence[str]
+              ) -> bool:
     """Fold ``after`` into ``conv`` if it is a per-channel affine map of the conv's output."""
     out = conv.outputs[0]
     if len(conv.inputs) not in (2, 3) or not all(b.is_constant(v) for v in conv.inputs[1:]):

@@ -58,7 +58,7 @@ def place_steps(b: Builder, devices: Sequence[str], overrides: Mapping[str, str]
         b: the converted model.
         devices: device types in order of preference (checked by :func:`check_devices`).
         overrides: ONNX node name or op type → device type; a node name wins over its op type.
-        nodes: every ONNX node's label (``Step.source``) → ``(op_type, name)``.
+        nodes: every ONNX node's label (``ConvertedStep.source``) → ``(op_type, name)``.
 
     Raises:
         ConversionError: an override naming no node name or op type of the model, sending

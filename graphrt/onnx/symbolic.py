@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConversionError
-from .builder import Builder, Step
+from .builder import Builder, ConvertedStep
 
 __all__ = ["generalize", "sample_points", "symbolic_bounds"]
 
@@ -165,7 +165,7 @@ def _crop_by_reference(b: Builder, built: Sequence[tuple[Builder, list[str]]], n
         for step in b.steps[at:]:
             step.inputs = [cropped if v == name else v for v in step.inputs]
         user = next(step.source for step in b.steps if cropped in step.inputs)
-        b.steps.insert(at, Step("slice_like", [name, ref], [cropped],
+        b.steps.insert(at, ConvertedStep("slice_like", [name, ref], [cropped],
                                 {"axes": axes, "like_axes": like_axes}, user))
         return True
     return False

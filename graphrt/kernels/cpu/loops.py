@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ...ops import ElementwiseRun, TensorType, elementwise_runs
+from ..base import ElementwiseStep
 from .jit import load_numba
 
 __all__ = ["CpuLoop", "cache_dir", "compile_loop", "fused_runs", "loop_source",
@@ -54,7 +55,6 @@ __all__ = ["CpuLoop", "cache_dir", "compile_loop", "fused_runs", "loop_source",
 
 logger = logging.getLogger(__name__)
 
-Step = tuple[str | None, tuple[str, ...], tuple[str, ...]]
 Kernel = Callable[..., None]
 
 _DTYPES = frozenset({"bool", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
@@ -95,7 +95,8 @@ _CHAIN_MIN = 8
 _CHAIN_DTYPES = frozenset({"float32", "float64", "int32", "int64"})
 
 
-def python_steps(steps: Sequence[Step], types: dict[str, TensorType]) -> list[Step]:
+def python_steps(steps: Sequence[ElementwiseStep], types: dict[str, TensorType]
+                 ) -> list[ElementwiseStep]:
     """``steps`` with each expression in its numba form, or None where the cpu loop cannot
     compute the step as numpy does (no form, float16, a float-to-integer cast).
 
@@ -104,7 +105,7 @@ def python_steps(steps: Sequence[Step], types: dict[str, TensorType]) -> list[St
         >>> python_steps([("in0 + in1", ("a", "b"), ("y",))], dict(a=f16, b=f16, y=f16))
         [(None, ('a', 'b'), ('y',))]
     """
-    found: list[Step] = []
+    found: list[ElementwiseStep] = []
     for expression, ins, outs in steps:
         form = None if expression is None else _PYTHON.get(expression)
         if expression == "erf(in0)" and types[outs[0]].dtype == "float32":
@@ -169,7 +170,7 @@ class _Chain:
     values: tuple[str, ...]  # the size-1 inputs, one per step
 
 
-def _chains(run: ElementwiseRun, steps: Sequence[Step], types: dict[str, TensorType],
+def _chains(run: ElementwiseRun, steps: Sequence[ElementwiseStep], types: dict[str, TensorType],
             kinds: dict[str, str]) -> list[_Chain]:
     """The stretches of the run in which every step combines the previous step's result (read
     nowhere else) with the value of a size-1 input, all in one dtype."""
@@ -226,7 +227,7 @@ def _carried_position(ins: tuple[str, ...], carried: str | None, kinds: dict[str
 _RAW = {python: raw for raw, python in _PYTHON.items() if raw in _CHAIN}
 
 
-def loop_source(run: ElementwiseRun, steps: Sequence[Step], types: dict[str, TensorType]
+def loop_source(run: ElementwiseRun, steps: Sequence[ElementwiseStep], types: dict[str, TensorType]
                 ) -> CpuLoop | None:
     """The source of the loop computing ``run`` (``steps`` in numba form, from
     :func:`python_steps`); None if an input broadcasts in a way the loop does not read."""
@@ -286,7 +287,7 @@ def _wrapper(run: ElementwiseRun, direct: list[str], chains: list[_Chain],
                       f"    _kernel({', '.join(call)})", ""])
 
 
-def _body(run: ElementwiseRun, steps: Sequence[Step], types: dict[str, TensorType],
+def _body(run: ElementwiseRun, steps: Sequence[ElementwiseStep], types: dict[str, TensorType],
           operand: dict[str, str], chains: list[_Chain], pad: str) -> list[str]:
     """The loop body: one line per step, one inner loop over its table per chain."""
     starts = {chain.first: (c, chain) for c, chain in enumerate(chains)}
@@ -426,7 +427,7 @@ def _load(name: str, text: str) -> Any:
     return module
 
 
-def fused_runs(steps: Sequence[Step], exported: set[str], types: dict[str, TensorType]
+def fused_runs(steps: Sequence[ElementwiseStep], exported: set[str], types: dict[str, TensorType]
                ) -> list[tuple[ElementwiseRun, Kernel]]:
     """The runs of ``steps`` (C expressions, as for cuda) that run as one compiled loop on
     cpu, each with its kernel; runs the loop cannot read, or all runs without numba, are left
@@ -452,7 +453,7 @@ def fused_runs(steps: Sequence[Step], exported: set[str], types: dict[str, Tenso
     return found
 
 
-def _worth_compiling(run: ElementwiseRun, steps: Sequence[Step]) -> bool:
+def _worth_compiling(run: ElementwiseRun, steps: Sequence[ElementwiseStep]) -> bool:
     """Three steps or more, or one the numpy path computes in many passes (erf, sigmoid):
     shorter runs (a residual add and relu) gain little and would make ``create()`` import
     numba (about a second)."""

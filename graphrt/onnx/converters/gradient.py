@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..builder import Builder, Step
+from ..builder import Builder, ConvertedStep
 from ..model import OnnxNode
 from ..registry import converter
 
 __all__: list[str] = []
 
-Rule = Callable[[Builder, Step, str], list[str | None]]
+Rule = Callable[[Builder, ConvertedStep, str], list[str | None]]
 
 
 def _mul(b: Builder, x: str, y: str) -> str:
@@ -26,29 +26,29 @@ def _mul(b: Builder, x: str, y: str) -> str:
 
 
 def _rules() -> dict[str, Rule]:
-    def add(b: Builder, s: Step, g: str) -> list[str | None]:
+    def add(b: Builder, s: ConvertedStep, g: str) -> list[str | None]:
         return [g, g]
 
-    def subtract(b: Builder, s: Step, g: str) -> list[str | None]:
+    def subtract(b: Builder, s: ConvertedStep, g: str) -> list[str | None]:
         return [g, b.op("negative", [g])[0]]
 
-    def multiply(b: Builder, s: Step, g: str) -> list[str | None]:
+    def multiply(b: Builder, s: ConvertedStep, g: str) -> list[str | None]:
         return [_mul(b, g, s.inputs[1]), _mul(b, g, s.inputs[0])]
 
-    def divide(b: Builder, s: Step, g: str) -> list[str | None]:
+    def divide(b: Builder, s: ConvertedStep, g: str) -> list[str | None]:
         d = s.inputs[1]
         quotient = b.op("divide", [g, d])[0]
         return [quotient, b.op("negative", [_mul(b, quotient, s.outputs[0])])[0]]
 
-    def negative(b: Builder, s: Step, g: str) -> list[str | None]:
+    def negative(b: Builder, s: ConvertedStep, g: str) -> list[str | None]:
         return [b.op("negative", [g])[0]]
 
-    def relu(b: Builder, s: Step, g: str) -> list[str | None]:
+    def relu(b: Builder, s: ConvertedStep, g: str) -> list[str | None]:
         zero = b.constant(np.zeros((), b.dtype(s.inputs[0])))
         positive = b.op("greater", [s.inputs[0], zero])[0]
         return [_mul(b, g, b.op("cast", [positive], {"dtype": b.dtype(g)})[0])]
 
-    def exp(b: Builder, s: Step, g: str) -> list[str | None]:
+    def exp(b: Builder, s: ConvertedStep, g: str) -> list[str | None]:
         return [_mul(b, g, s.outputs[0])]
 
     return {"add": add, "subtract": subtract, "multiply": multiply, "divide": divide,
