@@ -14,7 +14,8 @@ a. per-node dispatch: ``f`` is a one-op declarative function (``add``), which is
 b. the same two modules, whole ``run()`` times, and their ratio.
 c. ``f`` is a 3-op declarative function (add -> multiply -> relu, its two intermediates
    planned as scratch) against a plain kernel making the same three numpy calls into
-   preallocated temporaries; ``run()`` per node, and the ratio.
+   preallocated temporaries; ``run()`` per node, and the ratio. The benchmark runs with
+   ``GRAPHRT_JIT=0``, so that the three steps stay three calls (numba would fuse them).
 
 Outputs of each declarative chain and its plain twin are checked equal before timing. The
 results are also printed as one JSON line at the end (``--json``: only that line).
@@ -35,6 +36,10 @@ from typing import Any
 
 # Before numpy loads OpenBLAS: a core type forced from outside would skew the kernels' cost.
 os.environ.pop("OPENBLAS_CORETYPE", None)
+# c. measures a lowering of three calls over planned scratch: with numba the cpu's provider
+# fuses the three elementwise steps into one compiled loop (one call), which is not what is
+# measured here (benchmarks/peers.py measures the fused path).
+os.environ["GRAPHRT_JIT"] = "0"
 
 import numpy as np
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import describe
+from ..errors import KernelNotFoundError, describe
 from ..ops import OpDef, TensorType
 from .base import NO_EPILOGUE, ElementwiseStep, Epilogue, FusedRun, Prepared, Provider
 from .cpu import CpuProvider
@@ -66,7 +66,8 @@ class KernelChain:
 
         Raises:
             OpError: the reference's workspace refuses the types (as its shape function).
-            ValueError: no provider of this kind runs ``op`` (placement prevents it).
+            KernelNotFoundError: no provider of this kind runs ``op`` (the ONNX importer's
+                placement never puts it here; a hand-written graph may).
         """
         for provider in self.providers:
             if not provider.supports(op):
@@ -77,7 +78,7 @@ class KernelChain:
                 return prepared
         if epilogue:
             return None
-        raise ValueError(f"op {describe(op.name)} does not run on {self.kind}")
+        raise KernelNotFoundError(f"no {self.kind} kernel runs op {describe(op.name)}")
 
     def fuse(self, steps: Sequence[ElementwiseStep], exported: set[str],
              types: dict[str, TensorType], *, dynamic: bool) -> list[FusedRun]:

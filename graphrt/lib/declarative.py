@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import GraphFormatError, describe
+from ..errors import GraphFormatError, KernelNotFoundError, describe
 from ..jsondoc import describe_validation_error, read_json
 from ..kernels import Epilogue, KernelChain, Prepared
 from ..ops import OpDef, OpError, TensorType, epilogue_runs, get_op
@@ -216,7 +216,7 @@ class FusedFunction:
             if types[out] != expected:
                 raise _fail(self.name, f" at {where}", f"output {describe(out)} is "
                             f"{_show(types[out])} but the graph's entry is {_show(expected)}")
-        prepared = self._prepare(types, kernels, dynamic)
+        prepared = self._prepare(types, kernels, dynamic, where)
         workspaces = _workspaces(prepared)
         calls = [(p.call, step.inputs, (*step.outputs, *workspace), p.capturable)
                  for step, p, workspace in zip(self.steps, prepared, workspaces, strict=True)]
@@ -239,7 +239,7 @@ class FusedFunction:
         if dynamic and names:
             def intermediates(actual: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
                 found = self._types(actual, where)
-                for workspace in _workspaces(self._prepare(found, kernels, dynamic)):
+                for workspace in _workspaces(self._prepare(found, kernels, dynamic, where)):
                     found.update(workspace)
                 return tuple(found[name] for name in names)
 
@@ -259,14 +259,27 @@ class FusedFunction:
                              strict=True))
         return types
 
-    def _prepare(self, types: dict[Name, TensorType], kernels: KernelChain,
-                 dynamic: bool) -> list[Prepared]:
+    def _prepare(self, types: dict[Name, TensorType], kernels: KernelChain, dynamic: bool,
+                 where: str) -> list[Prepared]:
         """Each step's kernel, prepared by the chain at these types (the reference where no
-        other provider has one)."""
+        other provider has one).
+
+        Raises:
+            KernelNotFoundError: the node's device kind runs no kernel for a step's op.
+            GraphFormatError: a kernel refuses the step's types (its workspace cannot be
+                sized), naming function, step and node.
+        """
         found = []
         for step in self.steps:
-            prepared = kernels.prepare(step.op, step.attrs, [types[a] for a in step.inputs],
-                                       [types[a] for a in step.outputs], dynamic=dynamic)
+            try:
+                prepared = kernels.prepare(step.op, step.attrs,
+                                           [types[a] for a in step.inputs],
+                                           [types[a] for a in step.outputs], dynamic=dynamic)
+            except KernelNotFoundError as err:
+                raise KernelNotFoundError(f"lib function {describe(self.name)}{step.label} at "
+                                          f"{where}: {err}") from None
+            except OpError as err:
+                raise _fail(self.name, f"{step.label} at {where}", str(err)) from None
             assert prepared is not None  # the reference answers every op it supports
             found.append(prepared)
         return found

@@ -1,0 +1,80 @@
+"""The provider chains: which provider prepares what on each device kind, what placement
+asks, and how a missing kernel is reported."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graphrt
+from graphrt.kernels import NO_EPILOGUE, Epilogue, KernelChain, ReferenceProvider, chain, supports
+from graphrt.kernels.cpu import CpuProvider
+from graphrt.kernels.cuda import CudaProvider
+from graphrt.lib import Library
+from graphrt.ops import OPS, TensorType, get_op
+
+F32 = TensorType((2, 8), "float32")
+
+
+def test_each_kind_has_its_chain_and_the_reference_comes_last() -> None:
+    assert [p.name for p in chain("cpu", np).providers] == ["cpu", "reference"]
+    assert [p.name for p in chain("sim", np).providers] == ["reference"]
+    assert [p.name for p in chain("cuda", np).providers] == ["cuda", "reference"]
+
+
+def test_sim_runs_only_the_references() -> None:
+    softmax = get_op("softmax")
+    prepared = chain("sim", np).prepare(softmax, softmax.attrs(), [F32], [F32])
+    assert prepared is not None and prepared.provider == "reference"
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+    out = np.empty_like(x)
+    prepared.call(x, out)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-6)
+
+
+def test_the_cpu_prepares_its_compiled_kernels_where_they_apply() -> None:
+    pytest.importorskip("numba")
+    cpu = chain("cpu", np)
+    softmax = get_op("softmax")
+    assert cpu.prepare(softmax, softmax.attrs(), [F32], [F32]).provider == "cpu"
+    # not the last axis: the row kernel does not apply, the reference runs
+    along_rows = softmax.attrs(axis=0)
+    assert cpu.prepare(softmax, along_rows, [F32], [F32]).provider == "reference"
+    # an op the cpu has no kernel for
+    relu = get_op("relu")
+    assert cpu.prepare(relu, relu.attrs(), [F32], [F32]).provider == "reference"
+
+
+def test_an_epilogue_no_provider_takes_prepares_nothing() -> None:
+    conv = get_op("conv2d")
+    types = [TensorType((1, 8, 6, 6), "float32"), TensorType((16, 8, 3, 3), "float32")]
+    out = TensorType((1, 16, 4, 4), "float32")
+    sim = chain("sim", np)
+    assert not sim.takes_epilogue(conv)
+    assert sim.prepare(conv, conv.attrs(), types, [out], Epilogue(relu=True)) is None
+    assert sim.prepare(conv, conv.attrs(), types, [out], NO_EPILOGUE) is not None
+    assert chain("cpu", np).takes_epilogue(conv)
+
+
+def test_placement_asks_the_chain_which_ops_a_kind_runs() -> None:
+    bf16 = get_op("cast_bfloat16")
+    assert not supports("cuda", bf16)
+    assert supports("cpu", bf16) and supports("sim", bf16)
+    assert all(supports(kind, op) for kind in ("cpu", "sim") for op in OPS.values())
+    assert not CudaProvider().supports(bf16) and CpuProvider().supports(get_op("conv2d"))
+
+
+def test_a_function_whose_op_its_device_cannot_run_names_the_function_step_and_node() -> None:
+    lib = Library()
+    fn = lib.define("to_bf16", {"inputs": ["x"], "outputs": ["y"], "body": [
+        {"op": "cast_bfloat16", "inputs": ["x"], "outputs": ["y"],
+         "attrs": {"dtype": "bfloat16"}}]})
+    no_bf16 = KernelChain("cuda", (ReferenceProvider(CudaProvider.UNSUPPORTED),), np)
+    with pytest.raises(graphrt.KernelNotFoundError,
+                       match=r"'to_bf16' step 0 \(op 'cast_bfloat16'\) at node 3: no cuda "
+                             r"kernel runs op 'cast_bfloat16'"):
+        fn.lower([F32], [TensorType((2, 8), "bfloat16")], kernels=no_bf16, where="node 3")
+    lowered = fn.lower([F32], [TensorType((2, 8), "bfloat16")], kernels=chain("sim", np),
+                       where="node 3")
+    assert len(lowered.calls) == 1
