@@ -22,6 +22,9 @@ os.environ.setdefault("GRAPHRT_CACHE_DIR", tempfile.mkdtemp(prefix="graphrt-test
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
 MODELS = EXAMPLES.parent / "models"
 EXAMPLE_GRAPHS = sorted(path.stem for path in EXAMPLES.glob("*.json"))
+COMPAT = Path(__file__).resolve().parent / "data" / "compat" / "graphs"
+"""The compatibility corpus: ten graphs TVM's codegen really produced (where each came from:
+``tests/data/compat/README.md``)."""
 
 
 def gpu_available() -> bool:

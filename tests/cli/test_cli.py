@@ -19,15 +19,14 @@ from cli_harness import failed, run_cli
 import graphrt
 from graphrt import cli
 from graphrt.devices import CPU, CUDA, SIM
-from tests.conftest import EXAMPLES, example_graph
+from tests.conftest import COMPAT, EXAMPLES, example_graph
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPAT = ROOT.parent / "shared" / "compat" / "graphs"
 DUPLEX = str(EXAMPLES / "duplex.json")
 SIMPLEX = str(EXAMPLES / "simplex.json")
 HETERO = ["--device", "cpu", "--device", "cuda"]
 
-# Bytes of storage (largest entry per storage id, summed) as ../shared/compat/README.md lists them.
+# Bytes of storage (largest entry per storage id, summed) as tests/data/compat/README.md lists them.
 COMPAT_BYTES = {
     "nnvm_mobilenet_2018": 15_294_744,
     "nnvm_wrn_rasp": 53_419_064,
@@ -40,7 +39,6 @@ COMPAT_BYTES = {
     "relay_easy_model_cuda_nop": 31_516,
     "relay_magic_wand_int8": 13_256,
 }
-needs_compat = pytest.mark.skipif(not COMPAT.is_dir(), reason=f"{COMPAT} is absent")
 
 
 
@@ -161,7 +159,6 @@ def test_inspect_text_retargeted_to_sim(capsys: pytest.CaptureFixture[str],
     assert "fallbacks: 0" in out
 
 
-@needs_compat
 def test_inspect_counts_nops(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run_cli(capsys, "inspect", str(COMPAT / "relay_deeppose_cpu_nop.json"))
     assert status == 0
@@ -334,7 +331,6 @@ def test_validate_warns_about_fallbacks(capsys: pytest.CaptureFixture[str]) -> N
     assert err.startswith("warning: 3 entries fell back: no cuda device (type 2) was given")
 
 
-@needs_compat
 @pytest.mark.parametrize("name", sorted(COMPAT_BYTES))
 def test_validate_compat_graphs(capsys: pytest.CaptureFixture[str], name: str) -> None:
     path = COMPAT / f"{name}.json"
@@ -345,7 +341,6 @@ def test_validate_compat_graphs(capsys: pytest.CaptureFixture[str], name: str) -
                    f"{COMPAT_BYTES[name]:,} bytes on cpu:0\n")
 
 
-@needs_compat
 def test_validate_covers_every_compat_graph() -> None:
     assert sorted(path.stem for path in COMPAT.glob("*.json")) == sorted(COMPAT_BYTES)
 

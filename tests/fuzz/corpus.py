@@ -1,8 +1,7 @@
 """What the fuzz targets start from, and the steps every loaded graph goes through.
 
-The seeds: the example graphs and models (always), and the compatibility corpus of real TVM
-graphs in ``../shared/compat/graphs`` when that folder exists (CI's clean clone may not have it;
-its files come from repositories of several licenses, so they are not copied here).
+The seeds: the example graphs and models, and the compatibility corpus of real TVM graphs in
+``tests/data/compat/graphs`` (where each came from: ``tests/data/compat/README.md``).
 """
 
 from __future__ import annotations
@@ -20,17 +19,16 @@ import graphrt
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-COMPAT = ROOT.parent / "shared" / "compat" / "graphs"
+COMPAT = ROOT / "tests" / "data" / "compat" / "graphs"
 MODELS = ("mlp", "cnn", "mlp_dynamic", "dynamic_slice")
 MAX_INPUT_ELEMENTS = 1 << 20
 
 
 def graph_files() -> list[Path]:
-    """Every seed graph: examples, example models, and the compat corpus when present."""
+    """Every seed graph: examples, example models, and the compat corpus."""
     files = sorted((EXAMPLES / "graphs").glob("*.json"))
     files += [EXAMPLES / "models" / name / "graph.json" for name in MODELS]
-    if COMPAT.is_dir():
-        files += sorted(COMPAT.glob("*.json"))
+    files += sorted(COMPAT.glob("*.json"))
     return files
 
 

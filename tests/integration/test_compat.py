@@ -1,7 +1,7 @@
 """The compatibility corpus: ten graphs TVM's codegen really produced load, plan and run on cpu.
 
-The graphs live in ``../shared/compat/graphs`` (next to the repository); their facts (node and
-entry counts, pool bytes, storage ids) are the table of ``../shared/compat/README.md``. Kernels
+The graphs live in ``tests/data/compat/graphs``; their facts (node and entry counts, pool bytes,
+storage ids) and where each came from are the table of ``tests/data/compat/README.md``. Kernels
 are stand-ins that check what they receive against the graph's own columns (read here with
 plain ``json``, independently of graphrt) and write a deterministic value into every output.
 """
@@ -12,18 +12,13 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import graphrt
-
-GRAPHS = Path(__file__).resolve().parents[2].parent / "shared" / "compat" / "graphs"
-
-pytestmark = pytest.mark.skipif(not GRAPHS.is_dir(),
-                                reason=f"compat corpus not found at {GRAPHS}")
+from tests.conftest import COMPAT as GRAPHS
 
 
 @dataclass(frozen=True)

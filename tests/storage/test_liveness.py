@@ -28,9 +28,8 @@ from graphrt.storage import (
     live_ranges,
     plan_storage_ids,
 )
-from tests.conftest import EXAMPLES, MODELS
+from tests.conftest import COMPAT, EXAMPLES, MODELS
 
-COMPAT = Path(__file__).resolve().parents[2].parent / "shared" / "compat" / "graphs"
 GRAPH_FILES = sorted([*EXAMPLES.glob("*.json"), *MODELS.glob("*/graph.json"),
                       *COMPAT.glob("*.json")])
 
@@ -216,8 +215,6 @@ def test_every_example_and_compat_graph_passes_and_plans(path: Path) -> None:
 
 
 def test_the_compat_corpus_is_there() -> None:
-    if not COMPAT.is_dir():
-        pytest.skip(f"compat corpus not found at {COMPAT}")
     assert len(list(COMPAT.glob("*.json"))) == 10
 
 
@@ -228,8 +225,6 @@ def test_live_ranges_of_the_duplex_graph() -> None:
 
 
 def test_a_nop_graph_has_alias_roots() -> None:
-    if not COMPAT.is_dir():
-        pytest.skip(f"compat corpus not found at {COMPAT}")
     graph = load_graph(COMPAT / "relay_deeppose_cpu_nop.json")
     roots = alias_roots(graph)
     nops = [node for node in graph.nodes if node.func_name == "__nop"]
