@@ -59,8 +59,15 @@ def test_json_block_parses(where: str, code: str) -> None:
         graphrt.load_graph(document)
 
 
+def _command(line: str) -> str:
+    """A shell line without its comment and without the ``.venv/bin/`` the README's commands
+    run from (the tests run in that environment already)."""
+    command = line.split("#", 1)[0].strip()
+    return command.removeprefix(".venv/bin/")
+
+
 def _is_session(code: str) -> bool:
-    return any(line.strip().startswith("python examples/") for line in code.splitlines())
+    return any(_command(line).startswith("python examples/") for line in code.splitlines())
 
 
 def cli_lines() -> list[tuple[str, str]]:
@@ -69,7 +76,7 @@ def cli_lines() -> list[tuple[str, str]]:
         if _is_session(code):
             continue
         for line in code.splitlines():
-            command = line.split("#", 1)[0].strip()
+            command = _command(line)
             if (command.startswith("graphrt ") and "|" not in command
                     and not re.search(r"\b[A-Z][A-Z_]{2,}\b", command)):
                 lines.append((where, command))
@@ -94,7 +101,7 @@ def test_session_block_runs(where: str, code: str, scratch: Path,
     from graphrt.cli import main
 
     for line in code.splitlines():
-        command = line.split("#", 1)[0].strip()
+        command = _command(line)  # pip lines: the test environment has every extra
         if command.startswith("python "):
             subprocess.run([sys.executable, *shlex.split(command)[1:]], check=True)
         elif command.startswith("graphrt "):
