@@ -703,7 +703,7 @@ def _pad_infer(types: Sequence[TensorType], attrs: PadAttrs,
                           f"negative")
         if attrs.mode == "edge" and dim == 0 and (lo or hi):
             raise OpError(f"pad: edge mode cannot pad axis {axis} of size 0")
-        if attrs.mode == "reflect" and max(lo, hi) > dim - 1:
+        if attrs.mode == "reflect" and (lo or hi) and max(lo, hi) > dim - 1:
             raise OpError(f"pad: reflect mode pads axis {axis} of size {dim} by at most "
                           f"{max(dim - 1, 0)} per side, given {list(attrs.pad_width[axis])}")
     if attrs.mode == "constant":

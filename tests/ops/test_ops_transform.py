@@ -346,6 +346,18 @@ def test_pad(device: graphrt.Device, mode: Literal["constant", "edge", "reflect"
     check("pad", [x], {"pad_width": full, "mode": mode}, device, expected)
 
 
+@device_param
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+def test_pad_leaves_an_empty_axis_it_does_not_pad(
+        device: graphrt.Device, mode: Literal["constant", "edge", "reflect"]) -> None:
+    """A (0, 0) pad of an empty axis is no pad at all, in every mode (as numpy's)."""
+    x = np.zeros((0, 3), np.float32)
+    widths = [(0, 0), (1, 1)]
+    assert infer("pad", [TensorType((0, 3), "float32")],
+                 {"pad_width": widths, "mode": mode})[0].shape == (0, 5)
+    check("pad", [x], {"pad_width": widths, "mode": mode}, device, np.pad(x, widths, mode=mode))
+
+
 def test_pad_errors() -> None:
     t = [TensorType((3, 4), "float32")]
     with pytest.raises(OpError, match=r"1 \(before, after\) pairs, expected one per axis"):
