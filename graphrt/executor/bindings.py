@@ -175,7 +175,9 @@ class Bindings:
         arrays: dict[int, Array] = {}
         for root in {self.compiled.groups.root[eid] for eid in changed}:
             self._copy_outs[root] = self._rebind_group(root, arrays)
-        self.table.rebind(arrays)
+        # A dynamic graph's steps are prepared again once the run's shapes are known (its
+        # prologue): bound now, an input of a new shape would meet the others' old ones.
+        self.table.rebind(arrays, defer=self._dynamic is not None)
         self.table.set_tail([step for steps in self._copy_outs.values() for step in steps])
         if self._dynamic is not None:
             for position, eid in enumerate(input_eids):

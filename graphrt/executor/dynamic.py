@@ -167,18 +167,20 @@ class DynamicRunner:
                 runs).
         """
         key = tuple(self.input_shapes)
+        assert self.table is not None
         if key != self._last_inputs or self.shapes.nodes:
             self._last_inputs = None  # until the inputs' stage is applied
             self.env = self.shapes.bind_inputs(key, self.graph.input_names)
             try:
                 self._apply(0)
+                self.table.flush()  # the steps rebinding deferred, at this run's shapes
             except (InputError, ExecutionError):
                 raise
             except Exception as err:
                 raise InputError(f"the inputs' shapes do not fit the graph: {err}") from err
-            assert self.table is not None
-            self.table.flush()
             self._last_inputs = key
+        else:
+            self.table.flush()  # steps bound to other memory since the last run
 
     @property
     def transfers(self) -> TransferLog:

@@ -152,6 +152,43 @@ def test_a_dynamic_input_binds_zero_copy_and_a_dynamic_output_cannot(
         mod.set_input_zero_copy("x", np.zeros((100, 64), "float32"))
 
 
+def residual_graph() -> tuple[dict[str, Any], graphrt.Library]:
+    """x -> t = relu(x) -> y = relu(x + t): node y's declarative function reads the bound
+    input and an entry sized by the same variable, which is resized only when a run starts."""
+    g = GraphBuilder()
+    x = g.input("x", ["n", 4])
+    t = g.op("t", "relu1", [x], shape=["n", 4])
+    y = g.op("y", "add_relu", [x, t], shape=["n", 4])
+    lib = graphrt.Library()
+    lib.define("relu1", {"inputs": ["a"], "outputs": ["b"],
+                         "body": [{"op": "relu", "inputs": ["a"], "outputs": ["b"]}]})
+    lib.define("add_relu", {"inputs": ["a", "b"], "outputs": ["c"], "body": [
+        {"op": "add", "inputs": ["a", "b"], "outputs": ["s"]},
+        {"op": "relu", "inputs": ["s"], "outputs": ["c"]}]})
+    return g.build([y], {"n": {"max": 8}}), lib
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_copy_inputs_below_the_bound_bind_and_run_at_every_batch(device: str) -> None:
+    """Binding an input of a new shape re-prepares the steps that read it once the run's
+    shapes are known, not at the bind (where the others still have the old ones)."""
+    graph, lib = residual_graph()
+    mod = graphrt.create(graph, lib, device)
+    dev = mod.devices[0]
+    for n in (3, 8, 1, 8, 3):
+        x = np.linspace(-1, 1, n * 4, dtype="float32").reshape(n, 4)
+        want = np.maximum(x + np.maximum(x, 0), 0)
+        bound = graphrt.devices.allocate(dev, x.nbytes, "a test input")
+        bound = graphrt.devices.backend_for(dev).view(bound, x.shape, x.dtype)
+        graphrt.devices.backend_for(dev).upload(x, bound)
+        mod.set_input_zero_copy("x", bound)
+        mod.run()
+        np.testing.assert_array_equal(host(mod.get_output(0)), want)
+        mod.set_input("x", np.zeros((2, 4), "float32"))  # unbound, other shape
+        mod.invoke_with_outputs({"x": bound}, [None])
+        np.testing.assert_array_equal(host(mod.get_output(0)), want)
+
+
 def test_debug_outputs_and_profile_follow_the_last_shapes(
         mlp_weights: dict[str, np.ndarray], tmp_path: Path) -> None:
     mod = mlp_module("cpu", mlp_weights)
