@@ -148,7 +148,8 @@ def _move_into_place(built: Path, target: Path, overwrite: bool) -> None:
         os.replace(built, target)
         return
     if not overwrite:
-        raise BundleError(f"{target} already exists (pass overwrite=True to replace it)")
+        raise BundleError(f"{target} already exists (pass overwrite=True to replace it; "
+                          "graphrt convert and graphrt bundle: --overwrite)")
     if target.is_symlink() or not _is_bundle(target):
         raise BundleError(f"refusing to replace {target}: it is not a bundle")
     if target.is_dir():

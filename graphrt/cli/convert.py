@@ -25,11 +25,20 @@ __all__ = ["configure", "convert_command"]
 
 def _dim_bound(text: str) -> tuple[str, int]:
     name, equals, value = text.partition("=")
-    size = parse_count(value.strip())
-    if not (name.strip() and equals and size):
-        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a positive integer), given "
-                                         f"{text!r}")
-    return name.strip(), size
+    bound = parse_count(value.strip())
+    if not (name.strip() and equals and bound):
+        raise argparse.ArgumentTypeError(f"expected NAME=BOUND (the largest size, a positive "
+                                         f"integer), given {text!r}")
+    return name.strip(), bound
+
+
+def _input_shape(text: str) -> tuple[str, list[int]]:
+    name, equals, value = text.partition("=")
+    dims = [parse_count(part.strip()) for part in value.split(",")] if value else []
+    if not (name.strip() and equals and dims and all(d is not None for d in dims)):
+        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,... (the input's shape, "
+                                         f"non-negative integers), given {text!r}")
+    return name.strip(), [int(d) for d in dims if d is not None]
 
 
 def _placement(text: str) -> tuple[str, str]:
@@ -40,15 +49,19 @@ def _placement(text: str) -> tuple[str, str]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add ``MODEL``, ``-o/--output``, ``--dim``, ``--no-fuse``, ``--devices``,
+    """Add ``MODEL``, ``-o/--output``, ``--dim``, ``--shape``, ``--no-fuse``, ``--devices``,
     ``--place`` and ``--overwrite``."""
     parser.add_argument("model", metavar="MODEL", help="the ONNX model file")
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the bundle to write: a directory, or a single file when OUT "
                              "ends in .grb or .zip")
     parser.add_argument("--dim", action="append", default=[], type=_dim_bound,
-                        metavar="NAME=SIZE", help="the size of a symbolic input dimension "
-                                                  "(repeat for several)")
+                        metavar="NAME=BOUND", help="the largest size of a symbolic input "
+                        "dimension, which stays symbolic: memory is planned for it (repeat "
+                        "for several)")
+    parser.add_argument("--shape", action="append", default=[], type=_input_shape,
+                        metavar="NAME=D0,D1,...", help="fix an input's shape, overriding "
+                        "what the model declares (repeat for several)")
     parser.add_argument("--no-fuse", action="store_true",
                         help="one node per standard op (for debugging)")
     parser.add_argument("--devices", metavar="TYPES",
@@ -61,8 +74,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def convert_command(args: argparse.Namespace) -> int:
-    """``graphrt convert MODEL -o OUT [--dim NAME=SIZE ...] [--no-fuse] [--devices TYPES]
-    [--place OP=DEVICE ...] [--overwrite]``."""
+    """``graphrt convert MODEL -o OUT [--dim NAME=BOUND ...] [--shape NAME=D0,D1,... ...]
+    [--no-fuse] [--devices TYPES] [--place OP=DEVICE ...] [--overwrite]``."""
     from ..onnx import from_onnx  # needs the optional onnx package
 
     devices = None
@@ -71,6 +84,7 @@ def convert_command(args: argparse.Namespace) -> int:
         if not devices:
             raise UsageError("--devices needs at least one device type")
     bundle = from_onnx(Path(args.model), dim_bounds=pairs_to_dict(args.dim, "--dim") or None,
+                       shapes=pairs_to_dict(args.shape, "--shape") or None,
                        fuse=not args.no_fuse, devices=devices,
                        placement=pairs_to_dict(args.place, "--place") or None)
     written = bundle.save(Path(args.output), overwrite=args.overwrite)

@@ -48,7 +48,8 @@ def inspect_command(args: argparse.Namespace) -> int:
     if args.format == "dot":
         print(format_dot(source.graph, plan))
         return 0
-    summary = summarize(source.graph, plan)
+    summary = summarize(source.graph, plan,
+                        () if source.bundle is None else set(source.bundle.params))
     if args.format == "json":
         data = summary.to_dict()
         if source.bundle is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +59,8 @@ def columns(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One graph input or output: its name, shape, dtype and the device it was placed on.
+    """One graph input or output: its name, shape, dtype and the device it was placed on;
+    ``param``: an input whose value a bundle carries (a weight), not one a caller sets.
 
     Example:
         >>> TensorInfo("x", (8, "n"), "float32", "cpu:0").to_dict()["shape"]
@@ -70,11 +71,12 @@ class TensorInfo:
     shape: tuple[int | str, ...]  # a symbolic dimension as its text ("n")
     dtype: str
     device: str
+    param: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-ready)."""
+        """Plain data (JSON-ready); ``"param": true`` marks a bundle's param."""
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "device": self.device}
+                "device": self.device, **({"param": True} if self.param else {})}
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,11 @@ class GraphSummary:
 
     Attributes:
         devices: the devices planned for, as text; the first is the fallback.
-        inputs: the graph inputs (params included), in input order.
+        inputs: the graph inputs (params included, marked where a bundle carries them), in
+            input order.
         outputs: the graph outputs, in output order.
-        nodes: node counts: ``total``, ``inputs``, ``ops``, ``__copy`` and ``__nop``.
+        nodes: node counts: ``total``, ``inputs`` (params included), ``params`` (where a
+            bundle has any), ``ops``, ``__copy`` and ``__nop``.
         ops: op nodes per func_name, most used first (ties by name).
         placement: the plan's placement report (storage at the shape bounds).
         shape_vars: each shape variable's ``(min, max)``; empty for a static graph.
@@ -109,14 +113,17 @@ class GraphSummary:
                                for name, (lo, hi) in self.shape_vars.items()}}
 
 
-def _tensor(graph: Graph, plan: StoragePlan, eid: int, name: str) -> TensorInfo:
+def _tensor(graph: Graph, plan: StoragePlan, eid: int, name: str,
+            param: bool = False) -> TensorInfo:
     entry = graph.entries[eid]
-    return TensorInfo(name, entry.shape_text, entry.dtype.name, str(plan.entry_device[eid]))
+    return TensorInfo(name, entry.shape_text, entry.dtype.name, str(plan.entry_device[eid]),
+                      param)
 
 
-def _node_counts(graph: Graph) -> dict[str, int]:
+def _node_counts(graph: Graph, params: int) -> dict[str, int]:
     ops = [node for node in graph.nodes if node.op != "null"]
-    return {"total": len(graph.nodes), "inputs": len(graph.nodes) - len(ops), "ops": len(ops),
+    return {"total": len(graph.nodes), "inputs": len(graph.nodes) - len(ops),
+            **({"params": params} if params else {}), "ops": len(ops),
             COPY: sum(node.func_name == COPY for node in ops),
             NOP: sum(node.func_name == NOP for node in ops)}
 
@@ -126,8 +133,10 @@ def _op_counts(graph: Graph) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
-def summarize(graph: Graph, plan: StoragePlan) -> GraphSummary:
-    """Summarize a planned graph for ``graphrt inspect``.
+def summarize(graph: Graph, plan: StoragePlan,
+              params: Collection[str] = frozenset()) -> GraphSummary:
+    """Summarize a planned graph for ``graphrt inspect``; ``params``: the inputs a bundle
+    carries values for (a graph JSON alone cannot tell them from the inputs a caller sets).
 
     Example:
         >>> from graphrt.cli import build_parser, plan_source
@@ -136,12 +145,14 @@ def summarize(graph: Graph, plan: StoragePlan) -> GraphSummary:
         >>> summarize(source.graph, plan).ops
         {'__copy': 2, 'elemwise_add': 2, 'elemwise_sub': 1}
     """
-    inputs = tuple(_tensor(graph, plan, graph.nodes[nid].outputs[0], graph.nodes[nid].name)
+    inputs = tuple(_tensor(graph, plan, graph.nodes[nid].outputs[0], graph.nodes[nid].name,
+                           graph.nodes[nid].name in params)
                    for nid in graph.arg_nodes)
     outputs = tuple(_tensor(graph, plan, eid, name)
                     for eid, name in zip(graph.heads, graph.output_names, strict=True))
     return GraphSummary(tuple(str(dev) for dev in plan.devices), inputs, outputs,
-                        _node_counts(graph), _op_counts(graph), placement_report(graph, plan),
+                        _node_counts(graph, sum(t.param for t in inputs)), _op_counts(graph),
+                        placement_report(graph, plan),
                         {var.name: (var.min, var.max) for var in graph.shape_vars.values()})
 
 
@@ -149,18 +160,21 @@ def summarize(graph: Graph, plan: StoragePlan) -> GraphSummary:
 
 
 def _tensor_lines(title: str, tensors: Sequence[TensorInfo]) -> list[str]:
-    lines = [f"{title}: {len(tensors)}"]
+    params = sum(t.param for t in tensors)
+    lines = [f"{title}: {len(tensors)}" + (f" ({len(tensors) - params} to set, {params} params)"
+                                           if params else "")]
     if tensors:
-        rows = [("name", "shape", "dtype", "device")]
-        rows += [(t.name, "[" + ", ".join(map(str, t.shape)) + "]", t.dtype, t.device)
-                 for t in tensors]
+        rows = [("name", "shape", "dtype", "device", *(("",) if params else ()))]
+        rows += [(t.name, "[" + ", ".join(map(str, t.shape)) + "]", t.dtype, t.device,
+                  *(("param" if t.param else "",) if params else ())) for t in tensors]
         lines += columns(rows)
     return lines
 
 
 def _node_line(nodes: dict[str, int]) -> str:
-    return (f"nodes: {nodes['total']} total, {nodes['inputs']} inputs, {nodes['ops']} ops "
-            f"({nodes[COPY]} {COPY}, {nodes[NOP]} {NOP})")
+    params = f" ({nodes['params']} params)" if nodes.get("params") else ""
+    return (f"nodes: {nodes['total']} total, {nodes['inputs']} inputs{params}, {nodes['ops']} "
+            f"ops ({nodes[COPY]} {COPY}, {nodes[NOP]} {NOP})")
 
 
 def _op_lines(ops: dict[str, int]) -> list[str]:

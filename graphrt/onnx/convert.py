@@ -93,7 +93,8 @@ def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
         return TensorType(_given_shape(name, fixed[name]), dtype)
     if not tensor.HasField("shape"):
         raise ConversionError(f"graph input {name!r} has no shape; give it: "
-                              f"from_onnx(model, shapes={{{name!r}: [...]}})")
+                              f"from_onnx(model, shapes={{{name!r}: [...]}}) (graphrt convert: "
+                              f"--shape {name}=D0,D1,...)")
     dims = []
     for axis, dim in enumerate(tensor.shape.dim):
         if dim.HasField("dim_value"):
@@ -103,9 +104,10 @@ def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
         else:
             symbol = dim.dim_param or "?"
             raise ConversionError(
-                f"graph input {name!r}: dimension {axis} is symbolic ({symbol!r}); give its "
-                f"size: from_onnx(model, dim_bounds={{{symbol!r}: 64}}) or "
-                f"from_onnx(model, shapes={{{name!r}: [...]}})")
+                f"graph input {name!r}: dimension {axis} is symbolic ({symbol!r}); give the "
+                f"largest size to plan for, from_onnx(model, dim_bounds={{{symbol!r}: 64}}), "
+                f"or fix the input's shape, from_onnx(model, shapes={{{name!r}: [...]}}) "
+                f"(graphrt convert: --dim {symbol}=64 or --shape {name}=D0,D1,...)")
     return TensorType(tuple(dims), dtype)
 
 

@@ -260,6 +260,22 @@ def test_inspect_a_bundle_as_json_and_dot(capsys: pytest.CaptureFixture[str]) ->
     assert status == 0 and out.startswith("digraph graphrt {")
 
 
+def test_inspect_tells_a_bundles_params_from_the_inputs_to_set(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_cli(capsys, "inspect", MLP)
+    assert status == 0
+    assert "inputs: 7 (1 to set, 6 params)" in out
+    assert re.search(r"^  x\s+\[8, 64\]\s+float32\s+cpu:0$", out, re.M)
+    assert re.search(r"^  w0\s+\[128, 64\]\s+float32\s+cpu:0\s+param$", out, re.M)
+    assert "nodes: 10 total, 7 inputs (6 params), 3 ops" in out
+    status, out, _ = run_cli(capsys, "inspect", MLP, "--json")
+    data = json.loads(out)
+    assert [t.get("param", False) for t in data["inputs"]] == [False] + [True] * 6
+    assert data["nodes"]["params"] == 6
+    status, out, _ = run_cli(capsys, "inspect", str(EXAMPLES / "duplex.json"))
+    assert "inputs: 4\n" in out and "param" not in out  # a graph alone has no params
+
+
 @pytest.mark.parametrize("bundle", [MLP, CNN])
 def test_validate_a_bundle(capsys: pytest.CaptureFixture[str], bundle: str) -> None:
     status, out, err = run_cli(capsys, "validate", bundle, "--device", "cpu", "--device", "cuda")

@@ -240,6 +240,29 @@ def test_convert_command_writes_a_bundle_and_reports_memory(
     assert "placement:" in out and "override by op type Relu" in out and "__copy" in out
 
 
+def test_the_convert_command_speaks_in_its_own_flags(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its errors name the command's options (--dim, --shape, --overwrite), not Python's;
+    --shape fixes an input's shape as shapes= does."""
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(["batch", 3]), model)
+    status, _, err = run_cli(capsys, "convert", str(model), "-o", str(tmp_path / "u.grb"))
+    assert status == 1 and "--dim batch=64 or --shape x=D0,D1,..." in err
+    status, _, err = run_cli(capsys, "convert", str(model), "-o", str(tmp_path / "s.grb"),
+                             "--shape", "x=5,3")
+    assert status == 0, err
+    bundle = graphrt.load_bundle(tmp_path / "s.grb")
+    assert not bundle.graph.is_dynamic and bundle.graph.entries[0].shape == (5, 3)
+    status, _, err = run_cli(capsys, "convert", str(model), "-o", str(tmp_path / "s.grb"),
+                             "--shape", "x=5,3")
+    assert status == 1 and "--overwrite" in err
+    for option, value, said in (("--shape", "x=5,three", "expected NAME=D0,D1,..."),
+                                ("--dim", "batch=0", "NAME=BOUND (the largest size")):
+        with pytest.raises(SystemExit) as usage:  # argparse: status 2 and the usage
+            run_cli(capsys, "convert", str(model), "-o", str(tmp_path / "b.grb"), option, value)
+        assert usage.value.code == 2 and said in capsys.readouterr().err
+
+
 def test_the_docs_table_of_supported_ops_is_generated_from_the_code() -> None:
     from graphrt.onnx.optable import update
 
