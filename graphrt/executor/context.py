@@ -180,8 +180,10 @@ class RunContext:
     def _fail(self, nid: int, err: Exception, unfinished: int | None = None) -> Exception:
         """The error to raise for a step of node ``nid`` that raised ``err``, remembering how
         far the run got (``unfinished``: a lower node a parallel run may not have finished)."""
-        error = err if isinstance(err, GraphrtError) else self._execution_error(nid, err)
-        where = err.node_id if isinstance(err, ExecutionError) else nid
+        # Any error of a step that does not name its node yet (graphrt's own ones included: a
+        # kernel may raise an InputError) gets the node, func_name and device, its cause kept.
+        error = err if isinstance(err, ExecutionError) else self._execution_error(nid, err)
+        where = error.node_id
         self.feeds.failure = (where if unfinished is None else min(where, unfinished),
                               str(error))
         return error

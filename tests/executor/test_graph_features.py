@@ -160,6 +160,24 @@ def test_kernel_error_names_the_node_and_leaves_the_module_usable() -> None:
     np.testing.assert_array_equal(mod.get_output(0), np.full(2, 4, "float32"))
 
 
+@pytest.mark.parametrize("device", ["cpu", "sim"])
+def test_a_kernel_raising_a_graphrt_error_is_named_like_any_other(device: str) -> None:
+    """An InputError (any graphrt error) from inside a kernel is the kernel's failure: it
+    gets the node, func_name and device, and keeps the original as its cause."""
+    def picky(a: Any, out: Any) -> None:
+        raise graphrt.InputError("picky wants another input")
+
+    g = GraphBuilder()
+    y = g.op("check", "picky", [g.input("x", [2])], shape=[2])
+    mod = graphrt.create(g.build(heads=[y]), {"picky": picky}, device)
+    with pytest.raises(graphrt.ExecutionError,
+                       match=rf"node 1 'check' \(func_name 'picky'\) failed on {device}:0: "
+                             r"InputError: picky wants another input") as info:
+        mod.run(x=np.ones(2, "float32"))
+    assert (info.value.node_id, info.value.device) == (1, f"{device}:0")
+    assert isinstance(info.value.__cause__, graphrt.InputError)
+
+
 def test_kernels_receive_their_node_arrays_in_order() -> None:
     seen: list[tuple[Any, ...]] = []
     g = GraphBuilder()
