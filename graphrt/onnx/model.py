@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConversionError, argument_error, describe
-from ..files import read_regular
+from ..files import open_regular, read_regular
 
 __all__ = [
     "MAX_OPSET",
@@ -192,6 +192,7 @@ class LoadedModel:
 def _read(model: Any) -> tuple[Any, bytes, str]:
     onnx = require_onnx()
     if isinstance(model, onnx.ModelProto):
+        _load_external_data(model, None, "<ModelProto>")  # refuses any: there is no folder
         return model, model.SerializeToString(), "<ModelProto>"
     if isinstance(model, bytes | bytearray | memoryview):
         raw, source = bytes(model), "<bytes>"
@@ -207,13 +208,82 @@ def _read(model: Any) -> tuple[Any, bytes, str]:
         proto.ParseFromString(raw)
     except Exception as err:  # protobuf's DecodeError
         raise ConversionError(f"{source}: not an ONNX model ({err})") from None
-    if isinstance(model, str | os.PathLike):
-        try:  # tensors stored beside the model file
-            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
-        except (OSError, ValueError, onnx.checker.ValidationError) as err:  # a FIFO, a device
-            raise ConversionError(f"{source}: cannot load external tensor data: "
-                                  f"{str(err)[:300]}") from None
+    _load_external_data(proto, path.parent if isinstance(model, str | os.PathLike) else None,
+                        source)
     return proto, raw, source
+
+
+def _tensors(graph: Any) -> Iterator[Any]:
+    """Every TensorProto of ``graph``: initializers, and tensors in node attributes, in
+    subgraphs too."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _tensors(sub)
+
+
+def _load_external_data(proto: Any, folder: Path | None, source: str) -> None:
+    """Read the tensors the model stores in files of its own folder, each confined to that
+    folder and read only as far as its shape and dtype need (onnx's own loader reads a whole
+    file, relative to the current directory for a model given as bytes).
+
+    Raises:
+        ConversionError: a model given as bytes or a ModelProto names external data (there is
+            no folder to read it from), or a tensor's file is outside the model's folder, not a
+            regular file, shorter than the tensor, or its declared length disagrees with the
+            tensor's size; nothing is read then beyond the tensor that failed.
+    """
+    onnx = require_onnx()
+    helper = onnx.external_data_helper
+    for tensor in _tensors(proto.graph):
+        if not helper.uses_external_data(tensor):
+            continue
+        try:
+            info = helper.ExternalDataInfo(tensor)
+        except (ValueError, TypeError) as err:  # offset or length not an integer
+            raise ConversionError(f"{source}: tensor {describe(tensor.name)}: malformed "
+                                  f"external data entries ({err})") from None
+        where = (f"{source}: tensor {describe(tensor.name)} stores its data in "
+                 f"{describe(info.location)}")
+        if folder is None:
+            raise ConversionError(f"{where}, but a model given as bytes or a ModelProto has no "
+                                  "folder to read it from: give the model file's path")
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        except (KeyError, TypeError, ValueError):
+            raise ConversionError(f"{where}: its element type {tensor.data_type} cannot be "
+                                  "stored externally") from None
+        if dtype.kind in "OSU":
+            raise ConversionError(f"{where}: string tensors cannot be stored externally")
+        count = 1
+        for dim in tensor.dims:
+            if dim < 0:
+                raise ConversionError(f"{where}: its shape {list(tensor.dims)} is negative")
+            count *= int(dim)
+        need = count * dtype.itemsize
+        if info.length and int(info.length) != need:
+            raise ConversionError(f"{where}: its length {info.length} is not the {need} bytes "
+                                  f"of its shape {list(tensor.dims)} and dtype {dtype.name}")
+        root = folder.resolve()
+        target = (root / info.location).resolve()
+        if not info.location or os.path.isabs(info.location) or not target.is_relative_to(root):
+            raise ConversionError(f"{where}, which is not a file inside the model's folder")
+        offset = int(info.offset or 0)
+        with open_regular(target, "external tensor data", ConversionError) as file:
+            file.seek(offset)
+            data = file.read(need)
+        if len(data) != need:
+            raise ConversionError(f"{where} at offset {offset}: it holds {len(data)} bytes "
+                                  f"there, the tensor needs {need}")
+        tensor.raw_data = data
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
 
 
 def load_model(model: Any) -> LoadedModel:
