@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 from ..devices import allocate, backend_for, copier
-from ..errors import ExecutionError, GraphrtError
+from ..errors import ExecutionError
 from .bindings import Bindings
 from .capture import CaptureReport, capture_runner
 from .compiled import CompiledGraph
