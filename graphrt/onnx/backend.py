@@ -30,7 +30,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from ..devices import Device, backend_for
 from ..devices import device as make_device
-from ..errors import ConversionError, DeviceError
+from ..errors import ConversionError, DeviceError, InputError, argument_error, describe
 from .builder import NotConstantError
 from .convert import from_onnx
 from .model import load_model
@@ -39,6 +39,10 @@ from .registry import check_supported
 __all__ = ["GraphrtBackend", "GraphrtRep", "prepare", "run_model", "supports_device"]
 
 _MAX_SPECIALIZATIONS = 64
+
+OPTIONS = frozenset({"dim_bounds", "fuse", "devices", "placement"})
+"""The :func:`graphrt.from_onnx` options ``prepare`` passes on (the representation chooses
+``shapes`` and ``constants`` itself, per run)."""
 
 
 def _device(spec: str) -> Device:
@@ -50,6 +54,10 @@ class GraphrtRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns its outputs as a list of numpy arrays."""
 
     def __init__(self, model: Any, device: str, options: Mapping[str, Any]) -> None:
+        unknown = sorted(set(options) - OPTIONS)
+        if unknown:
+            argument_error(f"prepare(..., {unknown[0]}=...)",
+                           f"one of the options {', '.join(sorted(OPTIONS))}", unknown[0])
         loaded = load_model(model)
         check_supported(loaded.nodes)
         self._proto = loaded.proto
@@ -58,6 +66,11 @@ class GraphrtRep(BackendRep):
         graph = self._proto.graph
         initializers = {t.name for t in graph.initializer}
         self._inputs = [vi.name for vi in graph.input if vi.name not in initializers]
+        self._declared = {vi.name: tuple(d.dim_value if d.HasField("dim_value") else
+                                         (d.dim_param or "?")
+                                         for d in vi.type.tensor_type.shape.dim)
+                          for vi in graph.input if vi.name not in initializers
+                          and vi.type.tensor_type.HasField("shape")}
         for value_info in [*graph.input, *graph.output]:
             kind = value_info.type.WhichOneof("value")
             if kind != "tensor_type":
@@ -108,17 +121,31 @@ class GraphrtRep(BackendRep):
             return module
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray[Any, Any], ...]:
-        """Run on ``inputs``: a list in graph-input order, a dict by name, or one array."""
+        """Run on ``inputs``: a list in graph-input order, a dict by name, or one array.
+
+        Raises:
+            ArgumentError: ``inputs`` is none of those.
+            InputError: an unknown name, a value that is not an array, or a shape of another
+                rank than the model declares, or another size where it declares one.
+            ConversionError: too many or too few inputs (and what converting raises).
+        """
         if isinstance(inputs, Mapping):
-            feeds = {name: np.asarray(value) for name, value in inputs.items()}
+            pairs = list(inputs.items())
+            unknown = [name for name, _ in pairs if name not in self._inputs]
+            if unknown:
+                raise InputError(f"the model has no input {describe(unknown[0])} (its inputs: "
+                                 f"{', '.join(map(repr, self._inputs))})")
         else:
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
+            if not isinstance(inputs, Sequence) or isinstance(inputs, str | bytes):
+                argument_error("run(inputs)", "a list of arrays in graph-input order, a dict "
+                               "of arrays by input name, or one array", inputs)
             if len(inputs) > len(self._inputs):
                 raise ConversionError(f"the model takes {len(self._inputs)} inputs, given "
                                       f"{len(inputs)}")
-            feeds = {name: np.asarray(value) for name, value in zip(self._inputs, inputs,
-                                                                    strict=False)}
+            pairs = list(zip(self._inputs, inputs, strict=False))
+        feeds = {name: self._feed(name, value) for name, value in pairs}
         missing = [name for name in self._inputs if name not in feeds]
         if missing:
             raise ConversionError(f"no value given for input(s) {', '.join(missing)}")
@@ -136,6 +163,26 @@ class GraphrtRep(BackendRep):
         return tuple(results)
 
 
+    def _feed(self, name: str, value: Any) -> np.ndarray[Any, Any]:
+        """``value`` as an array, checked against the rank and sizes the model declares."""
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError) as err:  # a ragged list
+            raise InputError(f"input {name!r}: not an array ({err})") from None
+        if array.dtype == np.dtype("O"):
+            raise InputError(f"input {name!r}: not a numeric array (dtype object)")
+        declared = self._declared.get(name)
+        if declared is None:
+            return array
+        fits = array.ndim == len(declared) and all(
+            not isinstance(d, int) or d == n for d, n in zip(declared, array.shape, strict=True))
+        if not fits:
+            shown = "[" + ", ".join(map(str, declared)) + "]"
+            raise InputError(f"input {name!r}: the model declares shape {shown}, given "
+                             f"{list(array.shape)}")
+        return array
+
+
 class GraphrtBackend(Backend):
     """ONNX's backend interface over graphrt."""
 
@@ -143,8 +190,7 @@ class GraphrtBackend(Backend):
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> GraphrtRep:
         """Check and convert ``model`` for ``device`` (``"CPU"``, ``"CUDA"``, ``"SIM"``);
         ``kwargs`` are :func:`graphrt.from_onnx` options."""
-        super().prepare(model, device, **kwargs)
-        return GraphrtRep(model, device, kwargs)
+        return GraphrtRep(model, device, kwargs)  # loading checks the model (no bare onnx error)
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU",

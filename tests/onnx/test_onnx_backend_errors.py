@@ -1,0 +1,70 @@
+"""ONNX's backend API over graphrt says what is wrong with graphrt's own errors: a model that
+cannot be read or checked, an unknown option, inputs of the wrong kind or shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper
+
+import graphrt
+import graphrt.onnx.backend as backend
+
+
+def relu_model(dims: list[Any]) -> Any:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("model", [b"\x00garbage\xff", None, 5])
+def test_prepare_refuses_what_is_no_model_with_a_graphrt_error(model: Any) -> None:
+    with pytest.raises(graphrt.GraphrtError):
+        backend.prepare(model)
+    with pytest.raises(graphrt.GraphrtError):
+        backend.run_model(model, [np.zeros(2, np.float32)])
+
+
+def test_prepare_refuses_a_missing_path_and_a_model_the_checker_refuses(tmp_path: Path) -> None:
+    with pytest.raises(graphrt.ConversionError, match="no such file"):
+        backend.prepare(str(tmp_path / "missing.onnx"))
+    broken = relu_model([2])
+    broken.graph.node[0].input[0] = "nowhere"  # reads a value nothing makes
+    with pytest.raises(graphrt.ConversionError, match="the ONNX checker refuses the model"):
+        backend.prepare(broken)
+
+
+def test_an_unknown_option_is_an_argument_error() -> None:
+    with pytest.raises(graphrt.ArgumentError, match=r"prepare\(\.\.\., bogus=\.\.\.\): "
+                                                    r"expected one of the options"):
+        backend.prepare(relu_model([2]), bogus=1)
+    rep = backend.prepare(relu_model([2]), fuse=False)
+    np.testing.assert_array_equal(rep.run([np.array([-1, 2], np.float32)])[0], [0, 2])
+
+
+def test_run_refuses_inputs_of_the_wrong_kind_and_says_which() -> None:
+    rep = backend.prepare(relu_model([2]))
+    for given in (None, 5, "x"):
+        with pytest.raises(graphrt.ArgumentError, match=r"run\(inputs\)"):
+            rep.run(given)
+    with pytest.raises(graphrt.InputError, match="input 'x': not an array"):
+        rep.run([[[1.0], [1.0, 2.0]]])  # ragged
+    with pytest.raises(graphrt.InputError, match="the model has no input 'z'"):
+        rep.run({"z": np.zeros(2, np.float32)})
+
+
+def test_a_symbolic_model_checks_rank_and_fixed_sizes_before_specializing() -> None:
+    rep = backend.prepare(relu_model(["batch", 3]))
+    np.testing.assert_array_equal(rep.run([np.ones((4, 3), np.float32)])[0], np.ones((4, 3)))
+    for shape in ((3,), (), (2, 3, 1), (2, 4)):
+        with pytest.raises(graphrt.InputError,
+                           match=r"input 'x': the model declares shape \[batch, 3\]"):
+            rep.run([np.ones(shape, np.float32)])
