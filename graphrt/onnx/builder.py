@@ -6,7 +6,9 @@ constant, runs the op on the host at once: Shape → Gather → Concat → Resha
 ConstantOfShape weights become constants here, never steps.
 
 Example:
-    >>> import numpy as np
+    >>> from math import prod
+
+import numpy as np
     >>> b = Builder()
     >>> x = b.input("x", TensorType((2, 3), "float32"))
     >>> w = b.constant(np.ones((4, 3), "float32"))
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,10 @@ from ..ops import OpError, TensorType, get_op
 __all__ = ["Builder", "ConvertedStep", "TensorType"]
 
 Array = np.ndarray[Any, Any]
+
+MAX_TENSOR_BYTES = 1 << 62
+"""Bytes above which a value's size is refused at conversion: no device holds it, and sizes
+near 2**63 overflow the int64 arithmetic of planning and of numpy."""
 
 FOLD_LIMIT = 1 << 26
 """Largest constant (bytes) the builder computes at import; bigger results stay steps."""
@@ -81,7 +88,12 @@ class Builder:
         return f"%{self._count}:{hint}"
 
     def input(self, name: str, tensor: TensorType) -> str:
-        """Declare a graph input."""
+        """Declare a graph input.
+
+        Raises:
+            ConversionError: its shape has a negative dimension or a size no device holds.
+        """
+        self._check_size(tensor, f"graph input {name!r}", "has")
         self.types[name] = tensor
         self.inputs.append(name)
         return name
@@ -194,15 +206,29 @@ class Builder:
         if num_outputs is not None and num_outputs != len(out_types):
             raise ConversionError(f"{self.source}: op {op_name!r} makes {len(out_types)} "
                                   f"outputs, expected {num_outputs}")
+        for index, tensor in enumerate(out_types):
+            self._check_size(tensor, f"output {index} of op {op_name!r}")
         if inputs and all(name in self.constants for name in inputs) and all(
-                np.prod(t.shape, dtype=np.int64) * np.dtype(t.dtype).itemsize <= FOLD_LIMIT
-                for t in out_types):
+                prod(t.shape) * np.dtype(t.dtype).itemsize <= FOLD_LIMIT for t in out_types):
             return self._fold(op_name, op, parsed, inputs, out_types)
         outputs = [self._fresh(op_name) for _ in out_types]
         for name, tensor in zip(outputs, out_types, strict=True):
             self.types[name] = tensor
         self.steps.append(ConvertedStep(op_name, list(inputs), outputs, attr_dict, self.source))
         return outputs
+
+    def _check_size(self, tensor: TensorType, what: str, verb: str = "would have") -> None:
+        """Refuse a shape with a negative dimension, or whose size no device could hold
+        (computed exactly: a converter's arithmetic on declared values can produce either)."""
+        where = f"{self.source}: " if self.source else ""
+        if any(d < 0 for d in tensor.shape):
+            raise ConversionError(f"{where}{what} {verb} shape {list(tensor.shape)}, with a "
+                                  "negative dimension")
+        nbytes = prod(tensor.shape) * np.dtype(tensor.dtype).itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            raise ConversionError(f"{where}{what} {verb} shape {list(tensor.shape)} "
+                                  f"{tensor.dtype}: {nbytes:,} bytes, more than the "
+                                  f"{MAX_TENSOR_BYTES:,} graphrt plans for")
 
     def _fold(self, op_name: str, op: Any, attrs: Any, inputs: Sequence[str],
               out_types: Sequence[TensorType]) -> list[str]:

@@ -68,3 +68,52 @@ def test_a_symbolic_model_checks_rank_and_fixed_sizes_before_specializing() -> N
         with pytest.raises(graphrt.InputError,
                            match=r"input 'x': the model declares shape \[batch, 3\]"):
             rep.run([np.ones(shape, np.float32)])
+
+
+def sized_model(node: Any, inits: list[Any], dims: list[Any], out_rank: int) -> Any:
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                       [f"o{i}" for i in range(out_rank)])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+I64 = TensorProto.INT64
+SIZED = {
+    "a negative input dimension": (
+        sized_model(helper.make_node("Relu", ["x"], ["y"]), [], [-1, 3], 2),
+        r"graph input 'x' has shape \[-1, 3\], with a negative dimension"),
+    "an input of 2**82 bytes": (
+        sized_model(helper.make_node("Relu", ["x"], ["y"]), [], [2**40, 2**40], 2),
+        r"graph input 'x' has shape \[1099511627776, 1099511627776\] float32: "
+        r"4,835,703,278,458,516,698,824,704 bytes, more than the"),
+    "Pad to 2**62": (
+        sized_model(helper.make_node("Pad", ["x", "p"], ["y"]),
+                    [helper.make_tensor("p", I64, [2], [0, 2**62])], [2], 1),
+        r"node 0 'Pad #0' \(Pad\): output 0 of op 'pad' would have shape \[4611686018427387906\]"),
+    "Tile by 2**62": (
+        sized_model(helper.make_node("Tile", ["x", "r"], ["y"]),
+                    [helper.make_tensor("r", I64, [1], [2**62])], [2], 1),
+        r"\(Tile\): output 0 of op 'tile' would have shape \[9223372036854775808\]"),
+    "Resize by 1e9": (
+        sized_model(helper.make_node("Resize", ["x", "", "s"], ["y"]),
+                    [helper.make_tensor("s", TensorProto.FLOAT, [4], [1, 1, 1e9, 1e9])],
+                    [1, 1, 2, 2], 4),
+        r"\(Resize\): output 0 of op 'resize' would have shape \[1, 1, 2000000000, 2000000000\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIZED))
+def test_a_size_no_device_holds_or_a_negative_dimension_is_a_conversion_error(
+        case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, message = SIZED[case]
+    with pytest.raises(graphrt.ConversionError, match=message):
+        graphrt.from_onnx(model)
+    import onnx
+
+    from graphrt.cli import main
+
+    onnx.save(model, tmp_path / "m.onnx")  # the command line says so, with no traceback
+    assert main(["convert", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.grb")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ConversionError: ") and "Traceback" not in err
