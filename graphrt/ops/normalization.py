@@ -266,7 +266,9 @@ def _lrn(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: LrnAttrs
     total = xp.zeros_like(squares)
     before = (attrs.size - 1) // 2
     after = attrs.size - 1 - before
-    for shift in range(-before, after + 1):  # total[:, ch] += squares[:, ch + shift]
+    # total[:, ch] += squares[:, ch + shift], for the shifts that reach another channel (a
+    # window wider than the channels adds nothing more: size may be 2**62)
+    for shift in range(max(-before, 1 - c), min(after, c - 1) + 1):
         lo, hi = max(0, -shift), min(c, c - shift)
         if hi > lo:
             target = total[:, lo:hi]

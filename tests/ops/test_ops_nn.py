@@ -678,3 +678,12 @@ def test_registered() -> None:
         op = get_op(name)
         assert not any(op.needs_data(3))
         assert op.elementwise is None
+
+
+def test_lrn_with_a_window_wider_than_the_channels_returns_at_once() -> None:
+    """size=2**62 over 2 channels: every window holds both channels, and the kernel loops over
+    the shifts that reach a channel, not over the window (it never returned)."""
+    x = np.array([[1.0, 2.0]], np.float32)
+    size = 2**62
+    (got,) = run_op("lrn", [x], {"size": size, "alpha": 1.0, "beta": 1.0, "bias": 1.0})
+    np.testing.assert_allclose(got, x / (1.0 + 5.0 / size), rtol=1e-6)
