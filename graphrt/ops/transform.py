@@ -232,9 +232,17 @@ def _expand_dims_infer(types: Sequence[TensorType], attrs: ExpandDimsAttrs,
                       f"{src.ndim}] for a {src.ndim}-D input")
     if attrs.num_newaxis < 0:
         raise OpError(f"expand_dims: num_newaxis must be >= 0, given {attrs.num_newaxis}")
+    if src.ndim + attrs.num_newaxis > MAX_DIMS:  # checked before the shape is built
+        raise OpError(f"expand_dims: num_newaxis {attrs.num_newaxis} would give a "
+                      f"{src.ndim + attrs.num_newaxis}-D result; arrays have at most {MAX_DIMS} "
+                      "dimensions")
     axis = attrs.axis + src.ndim + 1 if attrs.axis < 0 else attrs.axis
     shape = (*src.shape[:axis], *(1,) * attrs.num_newaxis, *src.shape[axis:])
     return [TensorType(shape, src.dtype)]
+
+
+MAX_DIMS = 64
+"""Dimensions an array may have (numpy's limit, and cupy's)."""
 
 
 register_op(OpDef(name="expand_dims", attrs=ExpandDimsAttrs, arity=1, infer=_expand_dims_infer,

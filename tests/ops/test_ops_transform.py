@@ -120,6 +120,11 @@ def test_expand_dims_errors() -> None:
         infer("expand_dims", t, {"axis": 3})
     with pytest.raises(OpError, match="num_newaxis"):
         infer("expand_dims", t, {"axis": 0, "num_newaxis": -1})
+    # a huge count is refused before any shape is built (it was a bare MemoryError)
+    with pytest.raises(OpError, match=r"num_newaxis 1099511627776 would give a "
+                                      r"1099511627778-D result; arrays have at most 64"):
+        infer("expand_dims", t, {"axis": 0, "num_newaxis": 2**40})
+    assert infer("expand_dims", t, {"axis": 0, "num_newaxis": 62})[0].shape == (1,) * 62 + (2, 3)
 
 
 @device_param
