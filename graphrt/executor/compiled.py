@@ -164,6 +164,7 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
             at the same time on one storage id, see :func:`graphrt.storage.check_storage_ids`).
     """
     placed = _place(graph, devices, strict=strict, device_map=device_map)
+    check_capacity(graph, placed.plan, capacity or {})  # before kernels plan for the sizes
     lowered = _lower(placed, library)
     decided = _parallelize(lowered, library, inter_op_threads)
     stored = _assign_storage(decided)

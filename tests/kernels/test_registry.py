@@ -78,3 +78,37 @@ def test_a_function_whose_op_its_device_cannot_run_names_the_function_step_and_n
     lowered = fn.lower([F32], [TensorType((2, 8), "bfloat16")], kernels=chain("sim", np),
                        where="node 3")
     assert len(lowered.calls) == 1
+
+
+def test_a_convolution_too_large_for_its_device_is_refused_before_any_kernel_plans_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 3x3 convolution over [1, 1, 4, 2**28]: the devices' capacity is checked before the
+    kernels are prepared, so it is a PlacementError, not a MemoryError from building the
+    direct kernel's per-pixel tables (8 GiB here)."""
+    from builders import GraphBuilder
+
+    from graphrt.devices import CpuBackend
+
+    g = GraphBuilder()
+    x, w = g.input("x", [1, 1, 4, 2**28]), g.input("w", [1, 1, 3, 3])
+    y = g.op("c", "conv", [x, w], shape=[1, 1, 4, 2**28])
+    lib = Library()
+    lib.define("conv", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
+        {"op": "conv2d", "inputs": ["a", "b"], "outputs": ["y"],
+         "attrs": {"padding": [1, 1, 1, 1]}}]})
+    monkeypatch.setattr(CpuBackend, "capacity", lambda self: 1 << 30)
+    with pytest.raises(graphrt.PlacementError, match="beyond 1073741824 bytes"):
+        graphrt.create(g.build(heads=[y]), lib, "cpu")
+
+
+def test_the_cpu_leaves_a_convolution_with_more_output_pixels_than_its_tables_take() -> None:
+    from graphrt.kernels.cpu.provider import MAX_DIRECT_PIXELS
+
+    conv = get_op("conv2d")
+    wide = MAX_DIRECT_PIXELS + 8
+    types = [TensorType((1, 1, 1, wide), "float32"), TensorType((1, 1, 1, 1), "float32")]
+    out = TensorType((1, 1, 1, wide), "float32")
+    cpu = CpuProvider()
+    assert cpu.prepare(conv, conv.attrs(), types, [out], NO_EPILOGUE, dynamic=False,
+                       xp=np) is None
+    assert not cpu.crew

@@ -42,11 +42,15 @@ from .jit import direct_conv, rows_call
 from .loops import fused_runs
 from .pool import max_pool_call
 
-__all__ = ["SMALL_GEMM", "CpuProvider"]
+__all__ = ["MAX_DIRECT_PIXELS", "SMALL_GEMM", "CpuProvider"]
 
 SMALL_GEMM = 1 << 24
 """Multiply-adds below which a GEMM of a graph with compiled convolutions runs on one BLAS
 thread."""
+
+MAX_DIRECT_PIXELS = 1 << 24
+"""Output pixels per image above which a convolution takes the reference: the direct kernel's
+plan keeps an offset per output pixel (8 bytes each, made at create())."""
 
 _CONVS = frozenset({"conv", "conv2d"})
 _GEMMS = frozenset({"dense", "matmul", "batch_matmul"})
@@ -107,6 +111,8 @@ class CpuProvider:
               epilogue: Epilogue, dynamic: bool, xp: Any) -> Prepared | None:
         """The compiled convolution, planned here (per shape for a dynamic node)."""
         x = inputs[0]
+        if prod(out.shape[2:]) > MAX_DIRECT_PIXELS:  # its tables would be too large
+            return None
         geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
                     else conv_geometry(attrs, len(x.shape) - 2))
         kernels = direct_conv()
