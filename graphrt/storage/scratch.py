@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -56,24 +58,59 @@ def _align(nbytes: int) -> int:
 
 
 def _layout(needs: Sequence[ScratchNeed]) -> tuple[tuple[int, ...], int]:
-    """Offsets of one node's intermediates, reusing bytes whose last reader has run, and the
-    bytes the node needs."""
+    """Offsets of one node's intermediates, reusing bytes whose last reader has run (first
+    fit by offset), and the bytes the node needs.
+
+    Near-linear in the number of intermediates: expired blocks leave through a heap, and the
+    gaps between live blocks are only scanned when one of them may fit (a known bound on the
+    largest gap), so a node with thousands of intermediates live at once (a split into a
+    sequence) places each at the end in constant time.
+    """
     order = sorted(range(len(needs)), key=lambda i: (needs[i].first, -needs[i].nbytes))
     offsets = [0] * len(needs)
-    live: list[tuple[int, int, int]] = []  # (offset, aligned size, last) sorted by offset
+    sizes = [_align(need.nbytes) for need in needs]
+    live: list[tuple[int, int]] = []  # (offset, index) of the live blocks, sorted
+    expiry: list[tuple[int, int, int]] = []  # (last, offset, index) of the live blocks
+    widest = 0  # no gap between live blocks is wider than this
     peak = 0
     for i in order:
         need = needs[i]
-        live = [block for block in live if block[2] >= need.first]
-        size = _align(need.nbytes)
-        offset = 0
-        for start, length, _ in live:  # the first gap that fits
-            if start - offset >= size:
-                break
-            offset = max(offset, start + length)
+        while expiry and expiry[0][0] < need.first:  # gone once its last reader has run
+            _, start, index = heapq.heappop(expiry)
+            at = bisect.bisect_left(live, (start, index))
+            del live[at]
+            # the gap it leaves between its neighbours that take space (blocks of size 0,
+            # always at offset 0, bound no gap)
+            after = at
+            while after < len(live) and not sizes[live[after][1]]:
+                after += 1
+            if after < len(live):
+                before = at - 1
+                while before >= 0 and not sizes[live[before][1]]:
+                    before -= 1
+                end = live[before][0] + sizes[live[before][1]] if before >= 0 else 0
+                widest = max(widest, live[after][0] - end)
+        size = sizes[i]
+        end = 0  # where the live blocks end (a block of size 0 ends where it starts)
+        if widest >= size:  # a gap may fit: the first that does, by offset
+            found, gaps = None, 0
+            for start, index in live:
+                gap = start - end
+                if found is None and gap >= size:
+                    found, gaps = end, max(gaps, gap - size)  # what stays of the gap taken
+                else:
+                    gaps = max(gaps, gap)
+                end = max(end, start + sizes[index])
+            widest = gaps
+            offset = end if found is None else found
+        elif live:  # after the blocks at the last offset (one, or size-0 ones at 0 too)
+            group = bisect.bisect_left(live, (live[-1][0], -1))
+            offset = max(o + sizes[j] for o, j in live[group:])
+        else:
+            offset = 0
         offsets[i] = offset
-        live.append((offset, size, need.last))
-        live.sort()
+        bisect.insort(live, (offset, i))
+        heapq.heappush(expiry, (need.last, offset, i))
         peak = max(peak, offset + size)
     return tuple(offsets), peak
 
