@@ -179,10 +179,13 @@ def emit(b: Builder, outputs: Sequence[str], groups: Sequence[Sequence[int]],
         nodes.append({"op": "null", "name": name, "inputs": []})
         add_entry(value, device)
 
+    suffix: dict[str, int] = {}  # per base name, the suffixes below this are all taken
+
     def unique(name: str) -> str:
-        base, k = name, 1
-        while name in taken:
+        base, k = name, suffix.get(name, 1)
+        while name in taken:  # base, then base_k, base_k+1, ... (resumed, so it stays linear)
             name, k = f"{base}_{k}", k + 1
+        suffix[base] = k
         taken.add(name)
         return name
 
@@ -230,11 +233,8 @@ def emit(b: Builder, outputs: Sequence[str], groups: Sequence[Sequence[int]],
         steps = [b.steps[i] for i in group]
         device = group_device(group)
         made = {out for step in steps for out in step.outputs}
-        ins: list[str] = []
-        for step in steps:
-            for value in step.inputs:
-                if value not in made and value not in ins:
-                    ins.append(value)
+        ins = list(dict.fromkeys(value for step in steps for value in step.inputs
+                                 if value not in made))  # in order of first use, once each
         outs = [out for step in steps for out in step.outputs
                 if out in head_values or consumers.get(out, -1) > index]
         if not outs:  # a group whose results nothing reads (e.g. an unused optional output)

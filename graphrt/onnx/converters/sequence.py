@@ -8,6 +8,8 @@ that is a graph input or output is refused.
 
 from __future__ import annotations
 
+import itertools
+
 from ..builder import Builder
 from ..model import OnnxNode
 from ..registry import converter
@@ -89,7 +91,7 @@ def split_to_sequence(b: Builder, n: OnnxNode) -> list[str]:
             lengths = values
         if sum(lengths) != size or any(v < 0 for v in lengths):
             raise n.fail(f"split {lengths} does not add up to dimension {axis} ({size})")
-    bounds = [sum(lengths[:i + 1]) for i in range(len(lengths) - 1)]
+    bounds = list(itertools.accumulate(lengths[:-1]))  # where each part ends (linear)
     parts = b.op("split", [x], {"indices_or_sections": bounds, "axis": axis}) if bounds else [x]
     if split is None and not n.attr("keepdims", 1):
         parts = [b.op("squeeze", [part], {"axis": [axis]})[0] for part in parts]
