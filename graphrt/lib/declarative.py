@@ -300,7 +300,10 @@ class FusedFunction:
                                        [types[run.output]],
                                        Epilogue(run.residual is not None, run.relu),
                                        dynamic=dynamic)
-            if prepared is not None:
+            # the fused kernel takes the workspace planned for the step alone, so it must be
+            # the same (a provider whose epilogue needs other scratch leaves the steps apart)
+            if prepared is not None and prepared.workspace == tuple(
+                    workspaces[run.first].values()):
                 extra = () if run.residual is None else (run.residual,)
                 merged.append((run.first, run.last, (
                     prepared.call, (*step.inputs, *extra), (run.output, *workspaces[run.first]),

@@ -98,7 +98,9 @@ class CpuProvider:
                              inputs[0], inputs[1:], op.positional(xp, attrs, 3),
                              (attrs.epsilon,), dynamic=dynamic)
         elif name in _GEMMS:
-            call = self._gemm(op.positional(xp, attrs, len(inputs)), inputs, outputs[0])
+            transposed = getattr(attrs, "transpose_a", False)
+            depth = inputs[0].shape[-2 if transposed else -1] if inputs[0].shape else 1
+            call = self._gemm(op.positional(xp, attrs, len(inputs)), depth, outputs[0])
         return None if call is None else Prepared(call, capturable=False, provider=self.name)
 
     def fuse(self, steps: Sequence[ElementwiseStep], exported: set[str],
@@ -136,11 +138,11 @@ class CpuProvider:
         return None if call is None else Prepared(call, workspace, capturable=False,
                                                   provider=self.name)
 
-    def _gemm(self, reference: Callable[..., None], inputs: Sequence[TensorType],
-              out: TensorType) -> Callable[..., None]:
-        """The reference GEMM under this graph's BLAS policy (see the module docstring)."""
-        a = inputs[0]
-        small = prod(out.shape) * (a.shape[-1] if a.shape else 1) < SMALL_GEMM
+    def _gemm(self, reference: Callable[..., None], depth: int, out: TensorType
+              ) -> Callable[..., None]:
+        """The reference GEMM (``depth``: its reduction length) under this graph's BLAS
+        policy (see the module docstring)."""
+        small = prod(out.shape) * depth < SMALL_GEMM
         provider = self
 
         def gemm(*arrays: Any) -> None:
