@@ -6,9 +6,7 @@ constant, runs the op on the host at once: Shape → Gather → Concat → Resha
 ConstantOfShape weights become constants here, never steps.
 
 Example:
-    >>> from math import prod
-
-import numpy as np
+    >>> import numpy as np
     >>> b = Builder()
     >>> x = b.input("x", TensorType((2, 3), "float32"))
     >>> w = b.constant(np.ones((4, 3), "float32"))
@@ -22,7 +20,7 @@ import numpy as np
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any
@@ -32,6 +30,7 @@ from pydantic import ValidationError
 
 from ..errors import ConversionError
 from ..ops import OpError, TensorType, get_op
+from ..schema.dtypes import parse_dtype
 
 __all__ = ["Builder", "ConvertedStep", "TensorType"]
 
@@ -43,6 +42,16 @@ near 2**63 overflow the int64 arithmetic of planning and of numpy."""
 
 FOLD_LIMIT = 1 << 26
 """Largest constant (bytes) the builder computes at import; bigger results stay steps."""
+
+FOLD_BUDGET = 1 << 30
+"""Bytes of constants the builder computes at import in all (folded results and the tables
+converters build from declared sizes; not the model's own initializers): past it, results stay
+steps and tables are refused, so a small model cannot make conversion allocate without bound."""
+
+
+def nbytes(tensor: TensorType) -> int:
+    """The exact size of ``tensor`` in bytes (Python ints: no overflow)."""
+    return prod(tensor.shape) * parse_dtype(tensor.dtype).itemsize
 
 
 @dataclass
@@ -81,6 +90,8 @@ class Builder:
     tensor values (its length and element positions are known at conversion)."""
     names: dict[str, str] = field(default_factory=dict)
     """ONNX value name → builder value, for converters whose attributes name values."""
+    computed_bytes: int = 0
+    """Bytes of constants computed so far (counted against :data:`FOLD_BUDGET`)."""
     _count: int = 0
 
     def _fresh(self, hint: str) -> str:
@@ -107,6 +118,43 @@ class Builder:
         self.constants[key] = array
         self.types[key] = TensorType(tuple(int(d) for d in array.shape), str(array.dtype))
         return key
+
+    def computed(self, shape: Sequence[int], dtype: str, what: str,
+                 make: Callable[[], Any]) -> str:
+        """A constant the converter computes from declared sizes (an index table, a mask):
+        ``make()`` runs only when ``shape`` fits the fold limit and what is left of the budget.
+
+        Raises:
+            ConversionError: the constant would be too large; the message names ``what``.
+        """
+        tensor = TensorType(tuple(int(d) for d in shape), dtype)
+        self._check_size(tensor, what)
+        size = nbytes(tensor)
+        if not self._may_compute(size):
+            where = f"{self.source}: " if self.source else ""
+            raise ConversionError(f"{where}{what} would be a constant of shape "
+                                  f"{list(tensor.shape)} {dtype} ({size:,} bytes) computed at "
+                                  f"conversion, {self._over(size)}")
+        value = np.asarray(make(), dtype=parse_dtype(dtype).numpy)
+        if value.shape != tensor.shape:
+            raise AssertionError(f"{what}: built {value.shape}, declared {tensor.shape}")
+        self.computed_bytes += size
+        return self.constant(value)
+
+    def filled(self, value: Any, shape: Sequence[int], dtype: str) -> str:
+        """A value of ``shape`` holding ``value`` everywhere: a constant when it fits the fold
+        budget, else a step that fills it at run time."""
+        scalar = self.constant(np.asarray(value, dtype=parse_dtype(dtype).numpy))
+        return self.op("broadcast_to", [scalar], {"shape": [int(d) for d in shape]})[0]
+
+    def _may_compute(self, size: int) -> bool:
+        return size <= FOLD_LIMIT and self.computed_bytes + size <= FOLD_BUDGET
+
+    def _over(self, size: int) -> str:
+        if size > FOLD_LIMIT:
+            return f"more than the {FOLD_LIMIT:,} bytes graphrt computes for one constant"
+        return (f"past the {FOLD_BUDGET:,} bytes graphrt computes at conversion in all "
+                f"({self.computed_bytes:,} used)")
 
     def sequence(self, items: Sequence[str]) -> str:
         """A new sequence value holding the tensor values ``items``."""
@@ -209,7 +257,8 @@ class Builder:
         for index, tensor in enumerate(out_types):
             self._check_size(tensor, f"output {index} of op {op_name!r}")
         if inputs and all(name in self.constants for name in inputs) and all(
-                prod(t.shape) * np.dtype(t.dtype).itemsize <= FOLD_LIMIT for t in out_types):
+                nbytes(t) <= FOLD_LIMIT for t in out_types) and self._may_compute(
+                sum(nbytes(t) for t in out_types)):
             return self._fold(op_name, op, parsed, inputs, out_types)
         outputs = [self._fresh(op_name) for _ in out_types]
         for name, tensor in zip(outputs, out_types, strict=True):
@@ -224,16 +273,17 @@ class Builder:
         if any(d < 0 for d in tensor.shape):
             raise ConversionError(f"{where}{what} {verb} shape {list(tensor.shape)}, with a "
                                   "negative dimension")
-        nbytes = prod(tensor.shape) * np.dtype(tensor.dtype).itemsize
-        if nbytes > MAX_TENSOR_BYTES:
+        size = nbytes(tensor)
+        if size > MAX_TENSOR_BYTES:
             raise ConversionError(f"{where}{what} {verb} shape {list(tensor.shape)} "
-                                  f"{tensor.dtype}: {nbytes:,} bytes, more than the "
+                                  f"{tensor.dtype}: {size:,} bytes, more than the "
                                   f"{MAX_TENSOR_BYTES:,} graphrt plans for")
 
     def _fold(self, op_name: str, op: Any, attrs: Any, inputs: Sequence[str],
               out_types: Sequence[TensorType]) -> list[str]:
         arrays = [self.constants[name] for name in inputs]
-        outs = [np.empty(t.shape, t.dtype) for t in out_types]
+        outs = [np.empty(t.shape, parse_dtype(t.dtype).numpy) for t in out_types]
+        self.computed_bytes += sum(nbytes(t) for t in out_types)
         try:
             with np.errstate(all="ignore"):
                 op.positional(np, attrs, len(arrays))(*arrays, *outs)

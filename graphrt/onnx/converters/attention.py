@@ -12,6 +12,7 @@ ops. ``NegativeLogLikelihoodLoss`` and ``SoftmaxCrossEntropyLoss`` become ``nll_
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,14 +34,6 @@ def _flag(n: OnnxNode, name: str) -> bool:
     if value not in (0, 1):
         raise n.fail(f"{name} must be 0 or 1, given {value}")
     return bool(value)
-
-
-def _np_dtype(name: str) -> Any:
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,22 +59,18 @@ def _structural_mask(b: Builder, n: OnnxNode, q_len: int, kv_len: int, offset: i
     """
     if not causal and left < 0 and right < 0:
         return None
-    i = np.arange(q_len, dtype=np.int64).reshape(q_len, 1)
-    j = np.arange(kv_len, dtype=np.int64).reshape(1, kv_len)
+    i = b.computed((q_len, 1), "int64", "the query positions",
+                   lambda: np.arange(q_len, dtype=np.int64).reshape(q_len, 1))
+    j = b.computed((1, kv_len), "int64", "the key positions",
+                   lambda: np.arange(kv_len, dtype=np.int64).reshape(1, kv_len))
     if isinstance(offset, int):
-        diff = i + offset - j  # query position minus key position
-        allowed = np.ones((q_len, kv_len), dtype=bool)
-        if causal:
-            allowed &= diff >= 0
-        if left >= 0:
-            allowed &= diff <= left
-        if right >= 0:
-            allowed &= -diff <= right
-        return b.constant(allowed)
-    batch = b.shape(offset)[0]
-    (shifted,) = b.op("reshape", [offset], {"newshape": [batch, 1, 1, 1]})
-    (pos,) = b.op("add", [shifted, b.constant(i)])
-    (d,) = b.op("subtract", [pos, b.constant(j)])
+        shifted = b.constant(np.int64(offset))
+    else:
+        batch = b.shape(offset)[0]
+        (shifted,) = b.op("reshape", [offset], {"newshape": [batch, 1, 1, 1]})
+    # query position minus key position; folds while the mask fits the budget
+    (pos,) = b.op("add", [shifted, i])
+    (d,) = b.op("subtract", [pos, j])
     conditions = []
     if causal:
         conditions.append(b.op("greater_equal", [d, b.constant(np.int64(0))])[0])
@@ -114,8 +103,7 @@ def _pad_mask(b: Builder, n: OnnxNode, mask: str, kv_len: int) -> str:
     if short == 0 or shape[-1] == 1:
         return mask
     dtype = b.dtype(mask)
-    fill = False if dtype == "bool" else -np.inf
-    pad = b.constant(np.full((*shape[:-1], short), fill, dtype=_np_dtype(dtype)))
+    pad = b.filled(False if dtype == "bool" else -np.inf, (*shape[:-1], short), dtype)
     return b.op("concatenate", [mask, pad], {"axis": -1})[0]
 
 
@@ -193,7 +181,8 @@ def _attention(b: Builder, n: OnnxNode, nonpad_input: bool, windows: bool) -> li
         if causal or left >= 0 or right >= 0:
             (offset,) = b.op("subtract", [lengths, b.constant(np.int64(q_len))])
         (col,) = b.op("reshape", [lengths], {"newshape": [batch, 1, 1, 1]})
-        keys = b.constant(np.arange(kv_len, dtype=np.int64))
+        keys = b.computed((kv_len,), "int64", "the key positions",
+                          lambda: np.arange(kv_len, dtype=np.int64))
         (padding,) = b.op("less", [keys, col])
     allowed = _and(b, allowed, _structural_mask(b, n, q_len, kv_len, offset, causal, left,
                                                 right))
@@ -375,6 +364,13 @@ def grid_sample_20(b: Builder, n: OnnxNode) -> list[str]:
     return _grid_sample(b, n, _GRID_MODES_20, tuple(range(3, 9)))
 
 
+def _grid_line(length: int, align: bool) -> Any:
+    """The normalized coordinates of ``length`` pixels along one axis, in float64."""
+    if align:
+        return np.linspace(-1.0, 1.0, length) if length > 1 else np.array([-1.0])
+    return (np.arange(length, dtype=np.float64) * 2 + 1) / length - 1
+
+
 @converter("AffineGrid", since=20)
 def affine_grid(b: Builder, n: OnnxNode) -> list[str]:
     """``theta`` applied to the normalized coordinates of every output pixel."""
@@ -389,17 +385,19 @@ def affine_grid(b: Builder, n: OnnxNode) -> list[str]:
         raise n.fail(f"theta must be [{size[0]}, {dims}, {dims + 1}] for size {size}, given "
                      f"{list(b.shape(theta))}")
     spatial = size[2:]
-    axes = []
-    for length in spatial:
-        if align:
-            line = np.linspace(-1.0, 1.0, length) if length > 1 else np.array([-1.0])
-        else:
-            line = (np.arange(length, dtype=np.float64) * 2 + 1) / length - 1
-        axes.append(line)
-    mesh = np.meshgrid(*axes, indexing="ij")
-    # homogeneous coordinates, innermost axis first: (x, y[, z], 1)
-    coords = [m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size)]
-    base = b.constant(np.stack(coords).astype(_np_dtype(b.dtype(theta))))
+    dtype, pixels = b.dtype(theta), math.prod(spatial)
+    rows = []  # homogeneous coordinates, innermost axis first: (x, y[, z], 1)
+    for axis in reversed(range(dims)):
+        length = spatial[axis]
+        line = b.computed((length,), dtype, f"AffineGrid's coordinates along axis {axis + 2}",
+                          partial(_grid_line, length, align))
+        shape = [length if a == axis else 1 for a in range(dims)]
+        (line,) = b.op("reshape", [line], {"newshape": shape})
+        (mesh,) = b.op("broadcast_to", [line], {"shape": list(spatial)})
+        rows.append(b.op("reshape", [mesh], {"newshape": [1, pixels]})[0])
+    rows.append(b.filled(1, (1, pixels), dtype))
+    # folds into one [dims + 1, pixels] constant while it fits the budget
+    (base,) = b.op("concatenate", rows, {"axis": 0})
     (grid,) = b.op("matmul", [theta, base])  # [N, dims, prod(spatial)]
     (grid,) = b.op("transpose", [grid], {"axes": [0, 2, 1]})
     return b.op("reshape", [grid], {"newshape": [size[0], *spatial, dims]})
@@ -425,8 +423,8 @@ def col2im(b: Builder, n: OnnxNode) -> list[str]:
 
 @converter("CausalConvWithState", since=27)
 def causal_conv_with_state(b: Builder, n: OnnxNode) -> list[str]:
-    """A depthwise causal 1-D convolution continuing from ``past_state``, as a sum of the
-    kernel's taps over shifted slices; the last ``k - 1`` steps are the present state."""
+    """A depthwise causal 1-D convolution continuing from ``past_state``: one grouped ``conv``
+    over the state and the input; the last ``k - 1`` steps are the present state."""
     x, weight, bias, past = n.inputs[0], n.inputs[1], n.input(2), n.input(3)
     activation = n.attr("activation", "none")
     if activation not in ("none", "silu", "swish"):
@@ -442,23 +440,16 @@ def causal_conv_with_state(b: Builder, n: OnnxNode) -> list[str]:
         raise n.fail("weight's kernel size must be >= 1")
     state_shape = (batch, channels, k - 1)
     if past is None:
-        past = b.constant(np.zeros(state_shape, dtype=_np_dtype(b.dtype(x))))
+        past = b.filled(0, state_shape, b.dtype(x))
     elif b.shape(past) != state_shape:
         raise n.fail(f"past_state must be {list(state_shape)}, given {list(b.shape(past))}")
     (padded,) = b.op("concatenate", [past, x], {"axis": 2})
-    (taps,) = b.op("reshape", [weight], {"newshape": [channels, k]})
-    wide_in = padded
+    wide_in, taps = padded, weight
     if b.dtype(x) == "float16":  # sum the taps in float32, rounding once as a matmul does
         (wide_in,) = b.op("cast", [padded], {"dtype": "float32"})
-        (taps,) = b.op("cast", [taps], {"dtype": "float32"})
-    out: str | None = None
-    for j in range(k):
-        (window,) = b.op("strided_slice", [wide_in], {"begin": [j], "end": [j + length],
-                                                      "axes": [2]})
-        (tap,) = b.op("strided_slice", [taps], {"begin": [j], "end": [j + 1], "axes": [1]})
-        (term,) = b.op("multiply", [window, tap])
-        out = term if out is None else b.op("add", [out, term])[0]
-    assert out is not None
+        (taps,) = b.op("cast", [weight], {"dtype": "float32"})
+    # one depthwise convolution over the state and the input: O(1) steps whatever k is
+    (out,) = b.op("conv", [wide_in, taps], {"groups": channels})
     if b.dtype(out) != b.dtype(x):
         (out,) = b.op("cast", [out], {"dtype": b.dtype(x)})
     if bias is not None:

@@ -412,7 +412,7 @@ def _dropout(b: Builder, n: OnnxNode, mask_dtype: str | None) -> list[str]:
         raise n.fail("the data input is missing")
     outputs = [x]
     if len(n.outputs) > 1 and n.outputs[1]:
-        outputs.append(b.constant(np.ones(b.shape(x), mask_dtype or b.dtype(x))))
+        outputs.append(b.filled(1, b.shape(x), mask_dtype or b.dtype(x)))
     return outputs
 
 

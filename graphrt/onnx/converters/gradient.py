@@ -77,7 +77,7 @@ def gradient(b: Builder, n: OnnxNode) -> list[str]:
         if name not in b.names:
             raise n.fail(f"{name!r} is not a value computed before this node")
     target = b.names[y]
-    grads = {target: b.constant(np.ones(b.shape(target), b.dtype(target)))}
+    grads = {target: b.filled(1, b.shape(target), b.dtype(target))}
     for step in reversed(b.steps):
         g = next((grads[out] for out in step.outputs if out in grads), None)
         if g is None:
@@ -94,5 +94,5 @@ def gradient(b: Builder, n: OnnxNode) -> list[str]:
     results = []
     for x in xs:
         value = b.names[x]
-        results.append(grads.get(value) or b.constant(np.zeros(b.shape(value), b.dtype(value))))
+        results.append(grads.get(value) or b.filled(0, b.shape(value), b.dtype(value)))
     return results

@@ -422,7 +422,8 @@ def _group_norm(per_group: bool) -> ConvertFn:
                 if b.shape(value) != (groups,):
                     raise n.fail(f"{name} must be [num_groups] = [{groups}] at opset 18, "
                                  f"given {list(b.shape(value))}")
-            index = b.constant(np.arange(c, dtype=np.int64) // (c // groups))
+            index = b.computed((c,), "int64", "the channels' group numbers",
+                               lambda: np.arange(c, dtype=np.int64) // (c // groups))
             (scale,) = b.op("take", [scale, index], {"axis": 0, "mode": "raise"})
             (bias,) = b.op("take", [bias, index], {"axis": 0, "mode": "raise"})
         return b.op("group_norm", [x, scale, bias], {
@@ -589,13 +590,10 @@ def global_lp_pool(b: Builder, n: OnnxNode) -> list[str]:
 
 
 def _hardmax_along(b: Builder, x: str, axis: int) -> str:
-    shape = b.shape(x)
-    (arg,) = b.op("arg_reduce", [x], {"kind": "max", "axis": axis, "keepdims": True,
+    (arg,) = b.op("arg_reduce", [x], {"kind": "max", "axis": axis, "keepdims": False,
                                       "select_last_index": False})
-    positions = np.arange(shape[axis], dtype=np.int64).reshape(
-        (shape[axis],) + (1,) * (len(shape) - 1 - axis))
-    (hot,) = b.op("equal", [arg, b.constant(positions)])
-    return b.op("cast", [hot], {"dtype": b.dtype(x)})[0]
+    values = b.computed((2,), b.dtype(x), "Hardmax's values", lambda: [0, 1])
+    return b.op("one_hot", [arg, values], {"depth": b.shape(x)[axis], "axis": axis})[0]
 
 
 def _softmax_op(op: str) -> Callable[[Builder, str, int], str]:
@@ -691,7 +689,11 @@ def trilu(b: Builder, n: OnnxNode) -> list[str]:
             raise n.fail(f"k must be a single value, given {values}")
         k = values[0]
     rows, cols = shape[-2:]
-    diff = np.arange(cols)[None, :] - np.arange(rows)[:, None]
-    mask = diff >= k if upper else diff <= k
+    row = b.computed((rows, 1), "int64", "Trilu's row numbers",
+                     lambda: np.arange(rows, dtype=np.int64).reshape(rows, 1))
+    col = b.computed((1, cols), "int64", "Trilu's column numbers",
+                     lambda: np.arange(cols, dtype=np.int64).reshape(1, cols))
+    (diff,) = b.op("subtract", [col, row])  # folds while the mask fits the budget
+    (mask,) = b.op("greater_equal" if upper else "less_equal", [diff, b.constant(np.int64(k))])
     zero = b.constant(np.zeros((), dtype=b.dtype(x)))
-    return b.op("where", [b.constant(mask), x, zero])
+    return b.op("where", [mask, x, zero])

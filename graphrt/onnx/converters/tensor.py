@@ -11,6 +11,7 @@ semantics it implements.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -454,8 +455,10 @@ def _emit_pad(b: Builder, n: OnnxNode, x: str, widths: list[tuple[int, int]], mo
                 continue
             if shape[axis] == 0:
                 raise n.fail(f"wrap mode cannot pad axis {axis} of size 0")
-            where = np.arange(-lo, shape[axis] + hi, dtype=np.int64) % shape[axis]
-            x = b.op("take", [x, b.constant(where)], {"axis": axis, "mode": "clip"})[0]
+            where = b.computed((shape[axis] + lo + hi,), "int64",
+                               f"the wrap indices of axis {axis}",
+                               partial(_wrap_indices, shape[axis], lo, hi))
+            x = b.op("take", [x, where], {"axis": axis, "mode": "clip"})[0]
         return x
     if mode == "wrap":
         mode = "constant"  # nothing to pad: a copy
@@ -482,6 +485,11 @@ def _pad_widths(n: OnnxNode, pads: list[int], ndim: int,
     for i, axis in enumerate(axes):
         widths[axis] = (pads[i], pads[len(axes) + i])
     return widths
+
+
+def _wrap_indices(size: int, lo: int, hi: int) -> Any:
+    """The input positions that ``lo`` and ``hi`` elements of wrap padding read."""
+    return np.arange(-lo, size + hi, dtype=np.int64) % size
 
 
 def _pad(since: int) -> ConvertFn:
@@ -601,15 +609,21 @@ def _range(since: int) -> ConvertFn:
             raise n.fail("delta is 0")
         if dtype.kind in "iu":
             count = max(-(-(limit - start) // delta), 0)
-            return [b.constant(start + delta * np.arange(count, dtype=np.int64), dtype.name)]
+            return [b.computed((count,), dtype.name, "Range's output", lambda: (
+                start + delta * np.arange(count, dtype=np.int64)))]
+        if not all(np.isfinite(v) for v in (start, limit, delta)):
+            raise n.fail(f"start, limit and delta must be finite, given {start}, {limit}, "
+                         f"{delta}")
         work = np.float64
         if since >= 27 and dtype.itemsize < 4:
             stash = int(n.attr("stash_type", 1))
             if stash not in (1, 11):
                 raise n.fail(f"stash_type {stash} is not FLOAT (1) or DOUBLE (11)")
             work = np.float32 if stash == 1 else np.float64
-        result = np.arange(work(start), work(limit), work(delta), dtype=work)
-        return [b.constant(result.astype(dtype))]
+        first, stop, step = work(start), work(limit), work(delta)
+        count = max(int(np.ceil((float(stop) - float(first)) / float(step))), 0)
+        return [b.computed((count,), dtype.name, "Range's output", lambda: (
+            np.arange(first, stop, step, dtype=work)[:count]))]
 
     return convert
 
