@@ -27,6 +27,7 @@ __all__ = [
     "InputError",
     "KernelNotFoundError",
     "PlacementError",
+    "abridge",
     "describe",
     "expect_type",
 ]
@@ -100,6 +101,20 @@ class ArgumentError(InputError, TypeError):
 
 _MAX_INT_BITS = 128
 _MAX_TEXT = 80
+
+
+def abridge(text: str, limit: int = 1000) -> str:
+    """``text`` cut in the middle to about ``limit`` characters, its head and end kept (a
+    message quoting thousands of attribute values stays readable).
+
+    Example:
+        >>> abridge("x" * 2000 + "end", 100)[70:]
+        'xxxxx ... (1903 chars) ... xxxxxxxxxxxxxxxxxxxxxxend'
+    """
+    if len(text) <= limit:
+        return text
+    tail = min(300, limit // 4)
+    return f"{text[:limit - tail]} ... ({len(text) - limit} chars) ... {text[-tail:]}"
 
 
 def describe(value: object, limit: int = _MAX_TEXT) -> str:

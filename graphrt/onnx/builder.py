@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from ..errors import ConversionError
+from ..errors import ConversionError, abridge
 from ..ops import OpError, TensorType, get_op
-from ..schema.dtypes import parse_dtype
+from ..schema.dtypes import MAX_NDIM, parse_dtype
 
 __all__ = ["Builder", "ConvertedStep", "TensorType"]
 
@@ -182,10 +182,10 @@ class Builder:
         return self.types[name]
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self.types[name].shape
+        return self.type(name).shape
 
     def dtype(self, name: str) -> str:
-        return self.types[name].dtype
+        return self.type(name).dtype
 
     def is_constant(self, name: str) -> bool:
         return name in self.constants
@@ -238,8 +238,9 @@ class Builder:
             parsed = op.attrs.model_validate(attr_dict)
         except ValidationError as err:
             raise ConversionError(f"{self.source}: op {op_name!r} refuses attributes "
-                                  f"{attr_dict}: {err.errors()[0]['msg']}") from None
-        in_types = [self.types[name] for name in inputs]
+                                  f"{abridge(str(attr_dict))}: {err.errors()[0]['msg']}"
+                                  ) from None
+        in_types = [self.type(name) for name in inputs]
         data = [self.constants.get(name) if needed else None
                 for name, needed in zip(inputs, op.needs_data(len(inputs)), strict=True)]
         if any(needed and value is None for needed, value in
@@ -249,8 +250,8 @@ class Builder:
             out_types = op.infer(in_types, parsed, data)
         except OpError as err:
             shown = ", ".join(f"{t.dtype}{list(t.shape)}" for t in in_types)
-            raise ConversionError(f"{self.source}: {err} (op {op_name!r}, inputs {shown})"
-                                  ) from None
+            raise ConversionError(f"{self.source}: {abridge(str(err))} (op {op_name!r}, "
+                                  f"inputs {abridge(shown)})") from None
         if num_outputs is not None and num_outputs != len(out_types):
             raise ConversionError(f"{self.source}: op {op_name!r} makes {len(out_types)} "
                                   f"outputs, expected {num_outputs}")
@@ -273,10 +274,17 @@ class Builder:
         if any(d < 0 for d in tensor.shape):
             raise ConversionError(f"{where}{what} {verb} shape {list(tensor.shape)}, with a "
                                   "negative dimension")
-        size = nbytes(tensor)
-        if size > MAX_TENSOR_BYTES:
+        if len(tensor.shape) > MAX_NDIM:
+            raise ConversionError(f"{where}{what} {verb} {len(tensor.shape)} dimensions, more "
+                                  f"than the {MAX_NDIM} numpy allows")
+        # numpy sizes even an empty array by its non-zero dimensions: (0, 2**62) cannot exist
+        span = prod(d for d in tensor.shape if d) * parse_dtype(tensor.dtype).itemsize
+        if span > MAX_TENSOR_BYTES:
+            size = nbytes(tensor)
+            shown = f"{size:,} bytes" if size else (
+                f"empty, but its other dimensions span {span:,} bytes")
             raise ConversionError(f"{where}{what} {verb} shape {list(tensor.shape)} "
-                                  f"{tensor.dtype}: {size:,} bytes, more than the "
+                                  f"{tensor.dtype}: {shown}, more than the "
                                   f"{MAX_TENSOR_BYTES:,} graphrt plans for")
 
     def _fold(self, op_name: str, op: Any, attrs: Any, inputs: Sequence[str],

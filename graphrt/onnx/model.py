@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConversionError, argument_error, describe
+from ..errors import ConversionError, abridge, argument_error, describe
 from ..files import open_regular, read_regular
 
 __all__ = [
@@ -137,8 +137,9 @@ class OnnxNode:
         return None
 
     def fail(self, problem: str) -> ConversionError:
-        """A :class:`ConversionError` naming this node."""
-        return ConversionError(f"{self.label}: {problem}")
+        """A :class:`ConversionError` naming this node (a problem quoting thousands of
+        attribute values is cut in the middle: its head and its end stay readable)."""
+        return ConversionError(f"{self.label}: {abridge(problem)}")
 
 
 def _attribute(attr: Any, where: str) -> Any:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
-from onnx_harness import node_model, run_graphrt, run_ort, typed
+from onnx_harness import declared_model as declared
+from onnx_harness import node_model, run_graphrt, run_ort
 
 from graphrt.errors import ConversionError
 
@@ -25,20 +25,6 @@ from graphrt.onnx import convert_model  # noqa: E402
 PEAK_LIMIT = 256 << 20
 """Most bytes a hostile model below may make conversion allocate (the fold budget is 1 GiB,
 but none of these models has anything worth folding)."""
-
-
-def declared(op: str, inputs: dict[str, tuple[list[int], int]], consts: dict[str, Any],
-             opset: int, outputs: int = 1, domain: str = "", **attrs: Any) -> Any:
-    """A one-node model whose graph inputs only declare their shapes (no data anywhere)."""
-    node = helper.make_node(op, [*inputs, *consts], [f"y{i}" for i in range(outputs)],
-                            name=f"hostile_{op.lower()}", domain=domain, **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(k, elem, shape) for k, (shape, elem) in inputs.items()],
-        [onnx.ValueInfoProto(name=f"y{i}") for i in range(outputs)],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
-    return typed(helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)],
-                                   ir_version=8), TensorProto.FLOAT)
 
 
 @pytest.fixture

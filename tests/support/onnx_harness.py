@@ -59,6 +59,23 @@ def node_model(op: str, data: dict[str, np.ndarray], consts: dict[str, np.ndarra
     return typed(model, elem)
 
 
+def declared_model(op: str, inputs: dict[str, tuple[list[int], int]], consts: dict[str, Any],
+                   opset: int, outputs: int = 1, domain: str = "", **attrs: Any) -> Any:
+    """A one-node model whose graph inputs only declare their shapes (no data anywhere)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    node = helper.make_node(op, [*inputs, *consts], [f"y{i}" for i in range(outputs)],
+                            name=f"hostile_{op.lower()}", domain=domain, **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(k, elem, shape) for k, (shape, elem) in inputs.items()],
+        [onnx.ValueInfoProto(name=f"y{i}") for i in range(outputs)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    return typed(helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)],
+                                   ir_version=8), 1)  # FLOAT
+
+
 def typed(model: Any, elem: int) -> Any:
     """``model`` with its outputs typed by ONNX's shape inference; an output it cannot type (a
     data-dependent shape, an invalid node) gets ``elem`` and a shape of unknown rank."""

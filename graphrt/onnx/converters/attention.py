@@ -166,12 +166,12 @@ def _attention(b: Builder, n: OnnxNode, nonpad_input: bool, windows: bool) -> li
     bias: str | None = None
     allowed: str | None = None
     if mask is not None:
+        if b.dtype(mask) not in ("bool", b.dtype(q)):
+            raise n.fail(f"attn_mask must be bool or have Q's dtype {b.dtype(q)}, given "
+                         f"{b.dtype(mask)}")
         mask = _pad_mask(b, n, mask, kv_len)
         if b.dtype(mask) == "bool":
             allowed = mask
-        elif b.dtype(mask) != b.dtype(q):
-            raise n.fail(f"a float attn_mask must have Q's dtype {b.dtype(q)}, given "
-                         f"{b.dtype(mask)}")
         else:
             bias = mask
     offset: int | str = past_len

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ConversionError
 from ..builder import Builder
 from ..model import OnnxNode
 from ..registry import ConvertFn, converter
@@ -15,8 +16,17 @@ __all__ = ["const_floats", "const_ints", "optional_const", "same_as", "simple", 
 
 
 def const_ints(b: Builder, name: str, what: str) -> list[int]:
-    """The values of constant input ``name`` as a list of ints."""
-    return [int(v) for v in np.asarray(b.constant_value(name, what)).reshape(-1)]
+    """The values of constant input ``name`` as a list of ints.
+
+    Raises:
+        ConversionError: a value is NaN or infinite (no integer stands for it).
+    """
+    values = np.asarray(b.constant_value(name, what)).reshape(-1)
+    if values.dtype.kind not in "iub" and not np.isfinite(values.astype(np.float64)).all():
+        bad = values[~np.isfinite(values.astype(np.float64))][0]
+        raise ConversionError(f"{b.source}: {what} must be integers, given {bad} (input "
+                              f"{name!r})")
+    return [int(v) for v in values]
 
 
 def const_floats(b: Builder, name: str, what: str) -> list[float]:

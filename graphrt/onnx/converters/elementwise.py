@@ -309,11 +309,18 @@ def _bitshift(b: Builder, n: OnnxNode) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def _bound_value(bound: float | int, dtype: str, which: str) -> float | int | None:
+def _bound_value(n: OnnxNode, bound: float | int, dtype: str, which: str
+                 ) -> float | int | None:
     """A constant Clip bound as a number of ``dtype``, or None when it bounds nothing (a
-    float bound beyond the dtype's range on the open side: ``min=-FLT_MAX`` in float16)."""
+    float bound beyond the dtype's range on the open side: ``min=-FLT_MAX`` in float16); an
+    integer bound beyond the dtype's range is its nearest end."""
     if not _is_float(dtype):
-        return int(bound)
+        if isinstance(bound, float) and np.isnan(bound):
+            raise n.fail(f"{which} is NaN, which no {dtype} stands for")
+        info = np.iinfo(dtype)
+        if isinstance(bound, float) and np.isinf(bound):
+            return int(info.max) if bound > 0 else int(info.min)
+        return min(max(int(bound), int(info.min)), int(info.max))
     with np.errstate(over="ignore"):
         value = float(np.asarray(bound, "float32" if dtype == BF16 else dtype))
     return None if value == (-np.inf if which == "min" else np.inf) else value
@@ -336,9 +343,9 @@ def _clip(b: Builder, n: OnnxNode, x: str, low: str | float | None, high: str | 
         bounds.append(bound)
     low, high = bounds
     if not isinstance(low, str) and low is not None:
-        low = _bound_value(low, dtype, "min")
+        low = _bound_value(n, low, dtype, "min")
     if not isinstance(high, str) and high is not None:
-        high = _bound_value(high, dtype, "max")
+        high = _bound_value(n, high, dtype, "max")
     if (isinstance(low, float) and isinstance(high, float) and low <= high
             and dtype in ("float16", "float32", "float64")):
         return [apply(b, "clip", [x], {"a_min": low, "a_max": high})]

@@ -342,6 +342,11 @@ def batch_norm_14(b: Builder, n: OnnxNode) -> list[str]:
         raise n.fail(f"X must be [N, C, ...], given shape {list(b.shape(x))}")
     epsilon = float(n.attr("epsilon", 1e-5))
     momentum = float(n.attr("momentum", 0.9))
+    channels = b.shape(x)[1]
+    for index, what in ((1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")):
+        if b.shape(n.inputs[index]) != (channels,):
+            raise n.fail(f"{what} must be [C] = [{channels}], given "
+                         f"{list(b.shape(n.inputs[index]))}")
     scale, bias = (_channel(b, same_as(b, v, x), ndim) for v in n.inputs[1:3])
     axes = [0, *range(2, ndim)]
     (y,) = b.op("normalize", [x, scale, bias], {"axes": axes, "epsilon": epsilon})

@@ -1,0 +1,106 @@
+"""What the importer's fuzz targets found (``tests/fuzz/test_fuzz_onnx.py``), one test per
+root: each escaped as a bare Python error, or as the converter driver's catch-all
+"conversion failed: ValueError: ...", and is now a ConversionError naming the value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_harness import declared_model, node_model, run_graphrt
+
+from graphrt.errors import ConversionError, abridge
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+from graphrt.onnx import convert_model  # noqa: E402
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def converts_or_names(model: object, pattern: str) -> None:
+    with pytest.raises(ConversionError, match=pattern) as caught:
+        convert_model(model)
+    assert "conversion failed" not in str(caught.value)
+
+
+def test_a_non_finite_integer_input_is_named() -> None:
+    """Reshape's shape given as floats with an infinity (was: OverflowError in const_ints)."""
+    model = declared_model("Tile", {"x": ([2, 3], F32)},
+                           {"repeats": np.array([1.0, np.inf], np.float32)}, 13)
+    converts_or_names(model, r"hostile_tile.*repeats must be integers, given inf")
+
+
+def test_a_message_quoting_thousands_of_values_is_abridged() -> None:
+    model = declared_model("Transpose", {"x": ([2, 3], F32)}, {}, 13, perm=[2**62] * 2000)
+    with pytest.raises(ConversionError, match=r"hostile_transpose.*perm \[4611686018427387904"
+                       r".* chars\) \.\.\. .*is not a permutation of the 2 axes") as caught:
+        convert_model(model)
+    assert len(str(caught.value)) < 1100
+
+
+def test_abridge_keeps_short_text_and_cuts_long_text_in_the_middle() -> None:
+    assert abridge("short") == "short"
+    cut = abridge("a" * 500 + "b" * 5000 + "z" * 500, 1000)
+    assert cut.startswith("a" * 500) and cut.endswith("z" * 250) and len(cut) < 1050
+
+
+def test_a_sequence_where_a_tensor_is_expected_is_named() -> None:
+    """SplitToSequence fed a sequence (was: KeyError in Builder.shape)."""
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["s"]),
+             helper.make_node("SplitToSequence", ["s"], ["t"], name="twice"),
+             helper.make_node("SequenceLength", ["t"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [3])],
+                              [helper.make_tensor_value_info("y", I64, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    converts_or_names(model, r"'twice'.*is a sequence where a tensor is expected")
+
+
+@pytest.mark.parametrize(("bounds", "expected"), [
+    ({"min": -(2.0**40), "max": 2.0**40}, [-128, -1, 0, 1, 127]),
+    ({"min": 1.0e30}, [127] * 5),
+    ({"min": float("-inf"), "max": 0.0}, [-128, -1, 0, 0, 0]),
+])
+def test_integer_clip_bounds_beyond_the_dtype_are_its_ends(bounds: dict[str, float],
+                                                           expected: list[int]) -> None:
+    """Clip-10 of int8 with bounds outside int8 (was: OverflowError making the bound)."""
+    x = np.array([-128, -1, 0, 1, 127], np.int8)
+    model = declared_model("Clip", {"x": ([5], TensorProto.INT8)}, {}, 10, **bounds)
+    (y,) = run_graphrt(model, {"x": x})
+    np.testing.assert_array_equal(y, np.array(expected, np.int8))
+
+
+def test_a_nan_clip_bound_of_an_integer_input_is_named() -> None:
+    model = declared_model("Clip", {"x": ([5], TensorProto.INT8)}, {}, 10, min=float("nan"))
+    converts_or_names(model, r"hostile_clip.*min is NaN, which no int8 stands for")
+
+
+def test_training_batch_norm_checks_its_statistics_shapes() -> None:
+    """0-d scale in training mode (was: ValueError unpacking its shape)."""
+    model = declared_model("BatchNormalization", {"x": ([2, 3, 4], F32), "s": ([], F32),
+                                                  "b": ([3], F32), "m": ([3], F32),
+                                                  "v": ([3], F32)}, {}, 15, training_mode=1)
+    converts_or_names(model, r"hostile_batchnormalization.*scale must be \[C\] = \[3\], "
+                      r"given \[\]")
+
+
+def test_an_integer_attention_mask_is_named() -> None:
+    """attn_mask of int64 (was: OverflowError filling its padding with -inf)."""
+    model = declared_model("Attention", {"q": ([1, 1, 2, 4], F32), "k": ([1, 1, 3, 4], F32),
+                                         "v": ([1, 1, 3, 4], F32), "m": ([2, 2], I64)}, {}, 23)
+    converts_or_names(model, r"hostile_attention.*attn_mask must be bool or have Q's dtype "
+                      r"float32, given int64")
+
+
+def test_an_empty_shape_numpy_cannot_hold_is_named() -> None:
+    """ConstantOfShape to (0, 2**62) (was: ValueError from numpy when folding)."""
+    model = declared_model("ConstantOfShape", {}, {"shape": np.array([0, 2**62], np.int64)}, 9)
+    converts_or_names(model, r"hostile_constantofshape.*shape \[0, 4611686018427387904\] "
+                      r"float32: empty, but its other dimensions span")
+
+
+def test_node_model_still_converts() -> None:
+    """The checks above do not refuse the ordinary case."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    model = node_model("Tile", {"x": x}, {"r": np.array([1, 2], np.int64)}, 13)
+    np.testing.assert_array_equal(run_graphrt(model, {"x": x})[0], np.tile(x, (1, 2)))
