@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from onnx.backend.base import Backend, BackendRep
 
-from ..devices import Device, backend_for
+from ..devices import Device, allocate, backend_for, cpu
 from ..devices import device as make_device
 from ..errors import ConversionError, DeviceError, InputError, argument_error, describe
 from .builder import NotConstantError
@@ -48,6 +48,14 @@ OPTIONS = frozenset({"dim_bounds", "fuse", "devices", "placement"})
 def _device(spec: str) -> Device:
     kind, _, ordinal = str(spec).lower().partition(":")
     return make_device(f"{kind}:{ordinal or 0}")
+
+
+def _host_array(shape: tuple[int, ...], dtype: Any, what: str) -> np.ndarray[Any, Any]:
+    """A host array the caller owns (a PlacementError, not a bare MemoryError, when the
+    process cannot hold it)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    host: np.ndarray[Any, Any] = allocate(cpu(0), nbytes, what).view(dtype).reshape(shape)
+    return host
 
 
 class GraphrtRep(BackendRep):
@@ -153,13 +161,13 @@ class GraphrtRep(BackendRep):
         run_feeds = {name: value for name, value in feeds.items() if name not in self._frozen}
         outputs = module(**run_feeds)
         results = []
-        for out in outputs:
-            if isinstance(out, np.ndarray):
-                results.append(np.array(out, copy=True))
-            else:
-                host = np.empty(out.shape, out.dtype)
-                backend_for(self._device).download(out, host)
-                results.append(host)
+        for index, out in enumerate(outputs):
+            if type(out) is np.ndarray:  # fresh: the module's call hands it over
+                results.append(out)
+                continue
+            host = _host_array(out.shape, out.dtype, f"output {index}")
+            backend_for(self._device).download(out, host)
+            results.append(host)
         return tuple(results)
 
 

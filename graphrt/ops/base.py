@@ -224,16 +224,24 @@ def result_dtype(*dtypes: str) -> str:
 
 
 def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """numpy broadcasting of shapes.
+    """numpy broadcasting of shapes, in exact integers and for any rank (numpy's own
+    ``broadcast_shapes`` stops at 32 dimensions and at int64).
 
     Raises:
         OpError: the shapes do not broadcast.
+
+    Example:
+        >>> broadcast((3, 1), (4,), ())
+        (3, 4)
     """
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise OpError(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast"
-                      ) from None
+    ndim = max((len(shape) for shape in shapes), default=0)
+    result = []
+    for axis in range(-ndim, 0):
+        sizes = {int(shape[axis]) for shape in shapes if len(shape) >= -axis} - {1}
+        if len(sizes) > 1:
+            raise OpError(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
 
 
 def normalize_axis(axis: int, ndim: int) -> int:

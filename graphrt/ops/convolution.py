@@ -36,6 +36,7 @@ from .base import (
     OpError,
     TensorType,
     accumulator,
+    broadcast,
     gemm_dtype,
     matmul,
     numpy_api,
@@ -658,8 +659,8 @@ def _infer_einsum(types: Sequence[TensorType], attrs: EinsumAttrs, data: Sequenc
             sizes[label] = max(dim, known)
             counts[label] = counts.get(label, 0) + 1
     try:
-        ell = tuple(int(d) for d in np.broadcast_shapes(*ellipses))
-    except ValueError:
+        ell = broadcast(*ellipses)
+    except OpError:
         raise OpError(f"einsum: the '...' axes of inputs {shown} do not broadcast") from None
     if rhs is None:
         out = ell + tuple(sizes[label] for label in sorted(counts) if counts[label] == 1)

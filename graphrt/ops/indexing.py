@@ -29,6 +29,7 @@ from .base import (
     OpError,
     TensorType,
     accumulator,
+    broadcast,
     normalize_axis,
     numpy_api,
     register_op,
@@ -238,8 +239,8 @@ def _broadcast_to_infer(types: Sequence[TensorType], attrs: BroadcastToAttrs,
     if any(d < 0 for d in shape):
         raise OpError(f"broadcast_to: shape {list(shape)} has a negative dim")
     try:
-        ok = tuple(np.broadcast_shapes(src.shape, shape)) == shape
-    except ValueError:
+        ok = broadcast(src.shape, shape) == shape
+    except OpError:
         ok = False
     if not ok:
         raise OpError(f"broadcast_to: an input of shape {list(src.shape)} does not broadcast "

@@ -117,3 +117,26 @@ def test_a_size_no_device_holds_or_a_negative_dimension_is_a_conversion_error(
     assert main(["convert", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.grb")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ConversionError: ") and "Traceback" not in err
+
+
+def test_an_output_the_process_cannot_hold_is_a_placement_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rep downloads each device output for the caller; a host that cannot hold it is a
+    PlacementError naming the output (was: a bare MemoryError, found by the fuzz suite)."""
+    from graphrt.devices.cpu_backend import CpuBackend
+
+    rep = backend.prepare(relu_model([2, 3]), "SIM")
+    x = np.ones((2, 3), np.float32)
+    allocate = CpuBackend.allocate
+
+    def refuse_outputs(self: CpuBackend, nbytes: int) -> Any:
+        if nbytes == x.nbytes:
+            raise MemoryError("no room")
+        return allocate(self, nbytes)
+
+    monkeypatch.setattr(CpuBackend, "allocate", refuse_outputs)
+    with pytest.raises(graphrt.PlacementError, match=r"cannot allocate 24 bytes on cpu:0 for "
+                       r"output 0 \(MemoryError: no room\)"):
+        rep.run([x])
+    monkeypatch.setattr(CpuBackend, "allocate", allocate)
+    np.testing.assert_array_equal(rep.run([x])[0], x)  # and the rep still runs

@@ -104,3 +104,30 @@ def test_node_model_still_converts() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     model = node_model("Tile", {"x": x}, {"r": np.array([1, 2], np.int64)}, 13)
     np.testing.assert_array_equal(run_graphrt(model, {"x": x})[0], np.tile(x, (1, 2)))
+
+
+def test_clip_of_bool_is_named() -> None:
+    model = declared_model("Clip", {"x": ([3], TensorProto.BOOL)}, {}, 9)
+    converts_or_names(model, r"hostile_clip.*Clip takes numbers, given a bool input")
+
+
+def test_reshape_of_a_declared_size_beyond_int64_is_named() -> None:
+    """Sizes are exact integers (was: OverflowError in the converter's size helper)."""
+    model = declared_model("Reshape", {"x": ([2, 3], F32)},
+                           {"shape": np.array([2**62, 2**62], np.int64)}, 14)
+    converts_or_names(model, r"hostile_reshape")
+
+
+def test_a_sequence_of_too_many_tensors_is_refused_before_it_is_built() -> None:
+    """SplitToSequence of a declared [2**40] (was: MemoryError building 2**40 lengths)."""
+    model = declared_model("SplitToSequence", {"x": ([2**40], F32)}, {}, 11)
+    converts_or_names(model, r"hostile_splittosequence.*would hold 1,099,511,627,776 tensors, "
+                      r"more than the 131,072")
+
+
+def test_broadcast_to_more_than_32_dimensions_is_shape_inferred() -> None:
+    """numpy's broadcast_shapes stops at 32 dimensions (was: a bare RuntimeError)."""
+    shape = np.ones(36, np.int64)
+    model = declared_model("ConstantOfShape", {}, {"shape": shape}, 12)
+    (y,) = run_graphrt(model, {})
+    assert y.shape == (1,) * 36 and y.dtype == np.float32 and float(y.reshape(())) == 0.0

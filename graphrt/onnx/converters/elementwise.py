@@ -333,6 +333,8 @@ def _clip(b: Builder, n: OnnxNode, x: str, low: str | float | None, high: str | 
     ``low > high`` gives ``high`` everywhere, as ONNX says (``min(max(x, low), high)``).
     """
     dtype = b.dtype(x)
+    if dtype == "bool":
+        raise n.fail("Clip takes numbers, given a bool input")
     bounds: list[Any] = []
     for bound in (low, high):
         if isinstance(bound, str) and b.is_constant(bound):

@@ -68,6 +68,16 @@ def sequence_length(b: Builder, n: OnnxNode) -> list[str]:
     return [b.constant(len(b.sequence_items(n.inputs[0])), "int64")]
 
 
+MAX_SEQUENCE_ITEMS = 1 << 17
+"""Most tensors one sequence may hold: each is a value of the converted graph."""
+
+
+def _check_items(n: OnnxNode, count: int) -> None:
+    if count > MAX_SEQUENCE_ITEMS:
+        raise n.fail(f"the sequence would hold {count:,} tensors, more than the "
+                     f"{MAX_SEQUENCE_ITEMS:,} graphrt converts")
+
+
 @converter("SplitToSequence", since=11)
 def split_to_sequence(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
@@ -79,12 +89,14 @@ def split_to_sequence(b: Builder, n: OnnxNode) -> list[str]:
     size = shape[axis]
     split = n.input(1)
     if split is None:
+        _check_items(n, size)
         lengths = [1] * size
     else:
         values = const_ints(b, split, "split")
         if len(b.shape(split)) == 0:
             if values[0] <= 0:
                 raise n.fail(f"split must be positive, given {values[0]}")
+            _check_items(n, -(-size // values[0]))
             lengths = [values[0]] * (size // values[0]) + (
                 [size % values[0]] if size % values[0] else [])
         else:

@@ -10,6 +10,7 @@ semantics it implements.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -29,7 +30,7 @@ __all__: list[str] = []
 
 
 def _size(shape: Sequence[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(int(d) for d in shape)  # exact: declared dims may overflow int64
 
 
 def _axis(n: OnnxNode, axis: int, ndim: int, what: str = "axis") -> int:
