@@ -295,7 +295,8 @@ def copier(src: Device, dst: Device, *, staging: int = 0) -> Copier:
     different kinds → staged through host memory: a buffer of ``staging`` bytes from the source
     backend (pinned on cuda), allocated here once, or a fresh one per call when ``staging`` is 0
     or too small.
-    Both arrays must have the same shape and dtype and be C-contiguous.
+    Both arrays must have the same shape and dtype (:meth:`Backend.copy`); either may be
+    non-contiguous.
     """
     src_backend, dst_backend = backend_for(src), backend_for(dst)
     if src.type_code == dst.type_code:

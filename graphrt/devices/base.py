@@ -120,15 +120,22 @@ class Backend(ABC):
 
     @abstractmethod
     def copy(self, src: Array, dst: Array) -> None:
-        """Copy between two arrays of this device kind (the ordinals may differ)."""
+        """Copy between two arrays of this device kind (the ordinals may differ).
+
+        In :meth:`copy`, :meth:`upload` and :meth:`download`, ``src`` and ``dst`` have the
+        same shape and dtype (a 0-d array and a 1-element one differ): cupy's ``ndarray.set``
+        and ``ndarray.get(out=)`` refuse anything else, and a raw device copy would move bytes
+        whatever the shapes. Either may be non-contiguous. The sim backend refuses a pair
+        that differs (an ``AssertionError``: a caller's bug), so CPU tests find it.
+        """
 
     @abstractmethod
     def upload(self, src: np.ndarray[Any, Any], dst: Array) -> None:
-        """Copy a host (numpy) array into an array of this device."""
+        """Copy a host (numpy) array into an array of this device (as :meth:`copy`)."""
 
     @abstractmethod
     def download(self, src: Array, dst: np.ndarray[Any, Any]) -> None:
-        """Copy an array of this device into a host (numpy) array."""
+        """Copy an array of this device into a host (numpy) array (as :meth:`copy`)."""
 
     def allocate_host(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         """A host buffer for staging copies to and from this device (pinned on cuda, so

@@ -143,7 +143,9 @@ class CudaBackend(Backend):
     def upload(self, src: np.ndarray[Any, Any], dst: Array) -> None:
         with self._context:
             if dst.flags.c_contiguous:
-                dst.set(np.ascontiguousarray(src))
+                # set() wants src's exact shape and makes it contiguous itself (a 0-d src
+                # through np.ascontiguousarray would arrive as shape (1,) and be refused)
+                dst.set(src)
             else:
                 dst[...] = cupy.asarray(src)
 

@@ -11,6 +11,13 @@ sim device, reading that device's memory on the host (``item()``, ``tolist()``, 
 upload) raises, as a host synchronization does under CUDA stream capture; a recording
 launches the same calls on the same arrays again, so work recorded before its memory was
 rebound would replay on the old memory, as a CUDA graph would.
+
+Copies are as strict as cupy's: ``ndarray.set`` and ``ndarray.get(out=)`` refuse a host
+array of another shape or dtype (a 0-d array and its 1-element reshape included), and a raw
+device copy moves bytes whatever the shapes say; so the sim refuses every such pair, as an
+internal error of graphrt, where numpy would broadcast it. Neither side needs to be
+contiguous: cupy makes a source contiguous itself, and the cuda backend hands ``set`` and
+``get(out=)`` contiguous destinations only (any other goes through a temporary).
 """
 
 from __future__ import annotations
@@ -36,6 +43,30 @@ def _refuse_under_capture(device: Device | None, what: str) -> None:
         raise RuntimeError(f"{what} on {device} while its work is being captured into a graph: "
                            "the host cannot wait for a device inside a capture (CUDA refuses "
                            "it as cudaErrorStreamCaptureUnsupported)")
+
+
+def _check_transfer(what: str, src: Any, dst: Any, *, host_src: bool = False,
+                    host_dst: bool = False) -> None:
+    """Refuse a copy cupy would refuse, or would make by bytes whatever the shapes say.
+
+    ``src`` and ``dst`` must have the same shape and dtype (no broadcast, cast or reshape:
+    ``cupy.ndarray.set`` raises ``Shape mismatch`` for a 0-d array set from shape ``(1,)``); a
+    host side (``host_src``, ``host_dst``) must be a plain ``numpy.ndarray`` (cupy's
+    ``set``/``get(out=)`` take nothing else), and a device side a :class:`SimArray`.
+
+    Raises:
+        AssertionError: the pair differs; graphrt checks what users give before it copies,
+            so this is an internal bug of the caller (the message names both sides).
+    """
+    for side, array, host in (("source", src, host_src), ("destination", dst, host_dst)):
+        if host != (isinstance(array, np.ndarray) and not isinstance(array, SimArray)):
+            expected = "a host numpy.ndarray" if host else "a sim array"
+            raise AssertionError(f"{what}: the {side} must be {expected}, given "
+                                 f"{type(array).__name__}")
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        raise AssertionError(f"{what}: source {src.dtype}{list(src.shape)} and destination "
+                             f"{dst.dtype}{list(dst.shape)} differ; cupy copies only between "
+                             "arrays of one shape and dtype (reshape the view, not the data)")
 
 
 class SimArray(np.ndarray):  # type: ignore[type-arg,unused-ignore]
@@ -142,18 +173,21 @@ class SimBackend(Backend):
         return value if isinstance(value, SimArray) else None
 
     def copy(self, src: Array, dst: Array) -> None:
+        _check_transfer(f"a copy on {self.device}", src, dst)
         np.copyto(dst.view(np.ndarray), src.view(np.ndarray), casting="no")
         self.counters.device_copies += 1
         self.counters.device_copy_bytes += src.nbytes
 
     def upload(self, src: np.ndarray[Any, Any], dst: Array) -> None:
         _refuse_under_capture(self.device, "an upload from the host")
+        _check_transfer(f"an upload to {self.device}", src, dst, host_src=True)
         np.copyto(dst.view(np.ndarray), src, casting="no")
         self.counters.uploads += 1
         self.counters.upload_bytes += src.nbytes
 
     def download(self, src: Array, dst: np.ndarray[Any, Any]) -> None:
         _refuse_under_capture(self.device, "a download to the host")
+        _check_transfer(f"a download from {self.device}", src, dst, host_dst=True)
         np.copyto(dst, src.view(np.ndarray), casting="no")
         self.counters.downloads += 1
         self.counters.download_bytes += src.nbytes

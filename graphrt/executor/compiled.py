@@ -49,7 +49,8 @@ class NodeProgram:
     Attributes:
         nid: the node id.
         eids: the entries it takes, inputs then outputs (a copy: source, destination).
-        flatten: kernels see 1-D views (``flatten_data``).
+        flatten: kernels see 1-D views (``flatten_data``); a copy sees both entries 1-D when
+            their shapes differ.
         kernel: the kernel (a Python kernel, or a lowered function's runner); None for a copy.
         lowering: the node's lowered declarative function, if it has one.
         scratch: byte offsets of the lowering's intermediates in its device's scratch arena.
@@ -298,7 +299,11 @@ def _programs(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[NodeProgra
         if node.op == "null" or node.func_name == NOP:
             continue
         if node.func_name == COPY:
-            programs.append(NodeProgram(node.nid, (node.inputs[0], node.outputs[0]), False))
+            # The two entries hold the same bytes, maybe in other shapes ([] and [1], [2, 3]
+            # and [6]): the copy then sees both flat, as the backends need one shape.
+            src, dst = (graph.entries[eid] for eid in (node.inputs[0], node.outputs[0]))
+            programs.append(NodeProgram(node.nid, (src.eid, dst.eid),
+                                        src.shape_text != dst.shape_text))
             continue
         assert node.func_name is not None
         dev = plan.node_device[node.nid]

@@ -105,7 +105,7 @@ class RunContext:
                 staged = src.kind != dst.kind and "cpu" not in (src.kind, dst.kind)
                 move = copier(src, dst, staging=nbytes if staged else 0)
                 self._staging_bytes += nbytes if staged else 0
-                specs.append(KernelRecipe(nid, "copy", move, program.eids, False))
+                specs.append(KernelRecipe(nid, "copy", move, program.eids, program.flatten))
             elif program.lowering is not None:
                 assert program.kernel is not None
                 dev = self.plan.node_device[nid]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from onnx_harness import run_graphrt, run_ort, run_reference
 from ops_harness import run_op
+from ort_compat import ort_ir_version
 
 import graphrt
 from graphrt.errors import ConversionError
@@ -43,7 +44,7 @@ def make_model(op: str, data: dict[str, np.ndarray | None], consts: dict[str, np
         [onnx.ValueInfoProto(name=o) for o in outputs],
         [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=10)
+                              ir_version=ort_ir_version())
     model = onnx.shape_inference.infer_shapes(model)
     first = next(v for v in data.values() if v is not None)
     for out in model.graph.output:  # where inference could not (a bad node): any shape

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from builders import GraphBuilder
 from ops_harness import run_op
+from ort_compat import for_ort
 
 import graphrt
 from graphrt.kernels.cuda.elementwise import _C_TYPES
@@ -97,7 +98,7 @@ def run_graphrt(model: Any, feeds: dict[str, np.ndarray], device: str = "cpu"
 
 def run_reference(model: Any, feeds: dict[str, np.ndarray], oracle: str) -> list[np.ndarray]:
     if oracle == "ort":
-        session = ort.InferenceSession(model.SerializeToString(),
+        session = ort.InferenceSession(for_ort(model).SerializeToString(),
                                        providers=["CPUExecutionProvider"])
         return [np.asarray(out) for out in session.run(None, feeds)]
     with warnings.catch_warnings():

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from ort_compat import for_ort
 
 import graphrt
 from graphrt.bundle import bundle_from_parts
@@ -65,7 +66,8 @@ def model(nodes: list[Any], inputs: dict[str, list[int]], outputs: dict[str, lis
 
 def ort(m: Any, feeds: dict[str, Array]) -> list[Array]:
     ort_mod = pytest.importorskip("onnxruntime")
-    session = ort_mod.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_mod.InferenceSession(for_ort(m).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
     return list(session.run(None, feeds))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ort_compat import for_ort
 
 onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -56,7 +57,7 @@ def ort_run(model: Any, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
     """ONNX Runtime's first output; one session per model object (the models are cached)."""
     if id(model) not in SESSIONS:
         SESSIONS[id(model)] = (model, onnxruntime.InferenceSession(
-            model.SerializeToString(), providers=["CPUExecutionProvider"]))
+            for_ort(model).SerializeToString(), providers=["CPUExecutionProvider"]))
     return np.asarray(SESSIONS[id(model)][1].run(None, dict(feeds))[0])
 
 

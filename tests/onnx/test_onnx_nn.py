@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 from ops_harness import run_op
+from ort_compat import for_ort, ort_ir_version
 
 import graphrt
 from graphrt.errors import ConversionError
@@ -55,7 +56,7 @@ def model(op: str, inputs: dict[str, np.ndarray], n_outputs: int = 1, opset: int
                                             inputs[next(iter(inputs))].shape)
          for o in outs if o], initializers)
     proto = helper.make_model(graph, opset_imports=opsets)
-    proto.ir_version = 10 if opset <= 22 else 11
+    proto.ir_version = ort_ir_version()
     return proto
 
 
@@ -63,7 +64,7 @@ def check(proto: Any, feeds: dict[str, np.ndarray], device: str = "CPU", tol: fl
           ) -> list[np.ndarray]:
     """graphrt's outputs equal ONNX Runtime's; returns graphrt's."""
     feeds = {k: v for k, v in feeds.items() if k}
-    session = ort.InferenceSession(proto.SerializeToString(),
+    session = ort.InferenceSession(for_ort(proto).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     expected = session.run(None, feeds)
     actual = backend.run_model(proto, list(feeds.values()), device)
@@ -458,7 +459,7 @@ OP_DEVICES = [pytest.param(graphrt.cpu(0), id="cpu"), pytest.param(graphrt.sim(0
 def _ort(op: str, inputs: list[np.ndarray], n_outputs: int = 1, opset: int = 19,
          **attrs: Any) -> list[np.ndarray]:
     proto = model(op, {f"i{k}": v for k, v in enumerate(inputs)}, n_outputs, opset, **attrs)
-    session = ort.InferenceSession(proto.SerializeToString(),
+    session = ort.InferenceSession(for_ort(proto).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     return list(session.run(None, {f"i{k}": v for k, v in enumerate(inputs)}))
 

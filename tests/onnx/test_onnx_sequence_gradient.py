@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ort_compat import for_ort
 
 import graphrt
 
@@ -28,7 +29,8 @@ def model(nodes: list[Any], inputs: dict[str, list[int]], outputs: dict[str, lis
 
 
 def both(m: Any, feeds: dict[str, np.ndarray[Any, Any]]) -> None:
-    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(for_ort(m).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
     expected = session.run(None, feeds)
     got = graphrt.from_onnx(m).create("cpu")(**feeds)
     for e, g in zip(expected, got, strict=True):

@@ -13,6 +13,7 @@ import pytest
 from onnx_harness import node_model as make_model
 from onnx_harness import run_graphrt, run_ort, run_reference, typed
 from ops_harness import run_op
+from ort_compat import ort_ir_version
 
 import graphrt
 from graphrt.errors import ConversionError
@@ -259,7 +260,7 @@ def constant_model(opset: int, **attrs: Any) -> Any:
     node = helper.make_node("Constant", [], ["y"], name="const", **attrs)
     graph = helper.make_graph([node], "g", [], [onnx.ValueInfoProto(name="y")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=8)
+                              ir_version=ort_ir_version())
     return onnx.shape_inference.infer_shapes(model)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ort_compat import for_ort, ort_ir_version
 
 import graphrt
 
@@ -22,8 +23,8 @@ def run_graphrt(model: Any, data: dict[str, np.ndarray],
 
 
 def run_ort(model: Any, data: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """``model`` run by ONNX Runtime on its CPU provider."""
-    session = ort.InferenceSession(model.SerializeToString(),
+    """``model`` run by ONNX Runtime on its CPU provider (at an IR version it reads)."""
+    session = ort.InferenceSession(for_ort(model).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     return list(session.run(None, data))
 
@@ -53,7 +54,7 @@ def node_model(op: str, data: dict[str, np.ndarray], consts: dict[str, np.ndarra
         [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
          if v is not None])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=8)
+                              ir_version=ort_ir_version())
     first = next(iter(data.values()), None)
     elem = TensorProto.FLOAT if first is None else helper.np_dtype_to_tensor_dtype(first.dtype)
     return typed(model, elem)

@@ -29,7 +29,9 @@ def test_example_runs_exactly_on_cpu_and_cuda(name: str, gpu: graphrt.Device,
     assert {dev.kind for dev in mod.plan.entry_device} == {"cpu", "cuda"}
     values = random_inputs(mod)
     mod.run(**values)
-    assert isinstance(mod.get_output(0), cupy.ndarray)
+    # the output is the native array of the device it lives on (simplex's is on the host)
+    where = mod.plan.entry_device[mod.graph.heads[0]]
+    assert type(mod.get_output(0)) is (cupy.ndarray if where.kind == "cuda" else np.ndarray)
     np.testing.assert_array_equal(mod.get_output(0, out=np.empty(4, "float32")),
                                   EXPECTED[name](values))
 
@@ -63,6 +65,47 @@ def test_cuda_kernels_receive_cupy_arrays(gpu: graphrt.Device) -> None:
     values = random_inputs(mod)
     mod.run(**values)
     np.testing.assert_array_equal(mod.get_output(0).get(), EXPECTED["duplex"](values))
+
+
+def test_0d_and_1_element_params_and_strided_arrays_copy_to_and_from_cuda(
+        gpu: graphrt.Device) -> None:
+    """What the first GPU run found: a 0-d param uploaded from the host (cupy's ``set()``
+    demands the destination's exact shape), next to a 1-element one, a non-contiguous input
+    and non-contiguous and 0-d out buffers."""
+    import cupy
+
+    from tests.devices.test_transfers import scalar_graph
+
+    def scale_shift(x: Any, scale: Any, shift: Any, out: Any) -> None:
+        out[...] = x * scale + shift
+
+    mod = graphrt.create(scalar_graph(graphrt.devices.CUDA),
+                         graphrt.Library({"scale_shift": scale_shift}), graphrt.cpu(0), gpu)
+    mod.load_params({"scale": np.array(0.125, "float32"), "shift": np.array([-1.5], "float32")})
+    x = np.arange(12, dtype="float32").reshape(3, 4).T
+    mod.set_input("x", x)
+    mod.run()
+    want = x * np.float32(0.125) - np.float32(1.5)
+    np.testing.assert_array_equal(mod.get_output(0), want)
+    assert isinstance(mod.get_output(1), cupy.ndarray)
+    strided = np.zeros((4, 6), "float32")[:, ::2]
+    np.testing.assert_array_equal(mod.get_output(1, out=strided), want)
+    scale = mod.get_output(2, out=np.zeros((), "float32"))
+    assert scale.shape == () and float(scale) == 0.125
+
+
+def test_a_bert_encoder_with_0d_params_runs_on_cuda_as_on_cpu(gpu: graphrt.Device) -> None:
+    pytest.importorskip("onnx")
+    from tests.devices.test_transfers import example_models
+
+    models = example_models()
+    model = models.bert_encoder(batch=2, seq=8, layers=1, hidden=16, heads=2, vocab=50,
+                                max_positions=16)
+    bundle = graphrt.from_onnx(model)
+    feeds = models.sample_inputs(model)
+    (want,) = bundle.create(graphrt.cpu(0))(**feeds)
+    (got,) = bundle.create(gpu)(**feeds)
+    np.testing.assert_allclose(got.get(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_kernel_error_on_cuda_names_the_device(gpu: graphrt.Device) -> None:
