@@ -109,6 +109,22 @@ def window_range(offset: int, pad: int, stride: int, n_src: int, n_dst: int
     return begin, end, begin * stride + offset - pad
 
 
+def _axis_offsets(kernel: int, stride: int, dilation: int, pad: int, n_src: int, n_dst: int
+                  ) -> list[tuple[int, slice, slice]]:
+    """``(offset, dst slice, src slice)`` of each kernel offset of one axis that reads a
+    source element. Only offsets ``k`` with ``k * dilation - pad`` within
+    ``(-n_dst * stride, n_src)`` can, so at most that many are visited."""
+    first = max(0, -(-(pad - (n_dst - 1) * stride) // dilation))  # ceil
+    last = min(kernel, (n_src - 1 + pad) // dilation + 1)
+    found = []
+    for k in range(first, max(first, last)):
+        d0, d1, s0 = window_range(k * dilation, pad, stride, n_src, n_dst)
+        if d1 > d0:
+            found.append((k, slice(d0, d1), slice(s0, s0 + (d1 - d0 - 1) * stride + 1,
+                                                  stride)))
+    return found
+
+
 class Window:
     """The regions of a sliding-window op, one pair per kernel offset.
 
@@ -120,17 +136,14 @@ class Window:
     def __init__(self, kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int],
                  pads: Sequence[int], src: Sequence[int], dst: Sequence[int]) -> None:
         self.pairs: list[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...]]] = []
-        for offset in itertools.product(*(range(k) for k in kernel)):
-            dst_slices, src_slices = [], []
-            for k, s, d, p, n_src, n_dst in zip(offset, strides, dilation, pads, src, dst,
-                                                strict=True):
-                d0, d1, s0 = window_range(k * d, p, s, n_src, n_dst)
-                if d1 <= d0:
-                    break
-                dst_slices.append(slice(d0, d1))
-                src_slices.append(slice(s0, s0 + (d1 - d0 - 1) * s + 1, s))
-            else:
-                self.pairs.append((offset, tuple(dst_slices), tuple(src_slices)))
+        # per axis, the kernel offsets that read at least one source element: a window far
+        # larger than its input (a declared kernel of 10**6) costs its input's size, not its own
+        axes = [_axis_offsets(*args) for args in zip(kernel, strides, dilation, pads, src, dst,
+                                                     strict=True)]
+        for picked in itertools.product(*axes):
+            offset = tuple(k for k, _, _ in picked)
+            self.pairs.append((offset, tuple(d for _, d, _ in picked),
+                               tuple(s for _, _, s in picked)))
 
 
 def check_float(types: Sequence[TensorType], names: Sequence[str], op: str) -> str:

@@ -131,3 +131,38 @@ def test_broadcast_to_more_than_32_dimensions_is_shape_inferred() -> None:
     model = declared_model("ConstantOfShape", {}, {"shape": shape}, 12)
     (y,) = run_graphrt(model, {})
     assert y.shape == (1,) * 36 and y.dtype == np.float32 and float(y.reshape(())) == 0.0
+
+
+def test_range_with_bounds_near_the_float32_limits() -> None:
+    """limit - start overflows float32 (was: np.arange's own size check, a bare ValueError)."""
+    model = declared_model("Range", {}, {"start": np.array(-3.4e38, np.float32),
+                                         "limit": np.array(3.4e38, np.float32),
+                                         "delta": np.array(3.4e38, np.float32)}, 11)
+    (y,) = run_graphrt(model, {})
+    np.testing.assert_array_equal(y, np.array([-3.4e38, 0.0], np.float32))
+
+
+def test_range_is_start_plus_i_delta() -> None:
+    model = declared_model("Range", {}, {"start": np.array(1.0, np.float32),
+                                         "limit": np.array(2.0, np.float32),
+                                         "delta": np.array(0.25, np.float32)}, 11)
+    (y,) = run_graphrt(model, {})
+    np.testing.assert_array_equal(y, np.array([1.0, 1.25, 1.5, 1.75], np.float32))
+
+
+def test_attention_past_key_of_the_wrong_rank_is_named() -> None:
+    """(was: IndexError reading the past length of a 2-D past_key)."""
+    model = declared_model("Attention", {"q": ([1, 1, 2, 4], F32), "k": ([1, 1, 3, 4], F32),
+                                         "v": ([1, 1, 3, 4], F32), "m": ([2, 3], F32),
+                                         "pk": ([2, 2], F32), "pv": ([2, 2], F32)}, {}, 23)
+    converts_or_names(model, r"hostile_attention.*past_key must be \[1, 1, past, 4\], "
+                      r"given \[2, 2\]")
+
+
+def test_a_pooling_window_far_larger_than_its_input_plans_quickly() -> None:
+    """LpPool with a declared 10**6 kernel (was: 2 million kernel offsets enumerated)."""
+    from graphrt.ops.convolution import Window
+
+    window = Window([1_000_000, 2], [1, 1], [1, 1], [0, 0], [4, 4], [1, 3])
+    assert [offset for offset, _, _ in window.pairs] == [
+        (k, j) for k in range(4) for j in range(2)]

@@ -137,6 +137,11 @@ def _attention(b: Builder, n: OnnxNode, nonpad_input: bool, windows: bool) -> li
         raise n.fail("nonpad_kv_seqlen cannot be combined with past_key/past_value")
     past_len = 0
     if past_key is not None and past_value is not None:
+        for past, now, name in ((past_key, k, "past_key"), (past_value, v, "past_value")):
+            shape, want = b.shape(past), b.shape(now)
+            if len(shape) != 4 or shape[:2] != want[:2] or shape[3] != want[3]:
+                raise n.fail(f"{name} must be [{want[0]}, {want[1]}, past, {want[3]}], given "
+                             f"{list(shape)}")
         past_len = b.shape(past_key)[2]
         (k,) = b.op("concatenate", [past_key, k], {"axis": 2})
         (v,) = b.op("concatenate", [past_value, v], {"axis": 2})

@@ -622,9 +622,13 @@ def _range(since: int) -> ConvertFn:
                 raise n.fail(f"stash_type {stash} is not FLOAT (1) or DOUBLE (11)")
             work = np.float32 if stash == 1 else np.float64
         first, stop, step = work(start), work(limit), work(delta)
-        count = max(int(np.ceil((float(stop) - float(first)) / float(step))), 0)
+        span = (float(stop) - float(first)) / float(step)
+        if not np.isfinite(span):
+            raise n.fail(f"(limit - start) / delta is not finite for {start}, {limit}, {delta}")
+        count = max(int(np.ceil(span)), 0)
+        # start + i * delta, as ONNX says (np.arange would size itself by its own division)
         return [b.computed((count,), dtype.name, "Range's output", lambda: (
-            np.arange(first, stop, step, dtype=work)[:count]))]
+            first + step * np.arange(count, dtype=work)))]
 
     return convert
 
