@@ -30,12 +30,17 @@ class ReferenceProvider:
     Args:
         excluded: names of ops whose reference the device's namespace cannot run (cupy has
             no bfloat16).
+        uncapturable: names of ops whose reference calls a library that refuses to be
+            recorded into a device graph (cuBLAS through CuPy): their steps run between the
+            recorded segments.
     """
 
     name = "reference"
 
-    def __init__(self, excluded: frozenset[str] = frozenset()) -> None:
+    def __init__(self, excluded: frozenset[str] = frozenset(),
+                 uncapturable: frozenset[str] = frozenset()) -> None:
         self.excluded = excluded
+        self.uncapturable = uncapturable
 
     def supports(self, op: OpDef) -> bool:
         return op.name not in self.excluded
@@ -49,7 +54,8 @@ class ReferenceProvider:
         if epilogue:
             return None
         workspace = () if op.workspace is None else tuple(op.workspace(xp, inputs, attrs))
-        return Prepared(op.positional(xp, attrs, len(inputs)), workspace)
+        return Prepared(op.positional(xp, attrs, len(inputs)), workspace,
+                        capturable=op.name not in self.uncapturable)
 
     def fuse(self, steps: Sequence[ElementwiseStep], exported: set[str],
              types: dict[str, TensorType], *, dynamic: bool, xp: Any) -> list[FusedRun]:

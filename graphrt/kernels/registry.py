@@ -97,8 +97,8 @@ def chain(kind: str, xp: Any) -> KernelChain:
     if kind == "cpu":
         return KernelChain(kind, (CpuProvider(), ReferenceProvider()), xp)
     if kind == "cuda":
-        return KernelChain(kind, (CudaProvider(), ReferenceProvider(CudaProvider.UNSUPPORTED)),
-                           xp)
+        return KernelChain(kind, (CudaProvider(), ReferenceProvider(
+            CudaProvider.UNSUPPORTED, CudaProvider.CUBLAS)), xp)
     return KernelChain(kind, (ReferenceProvider(),), xp)
 
 

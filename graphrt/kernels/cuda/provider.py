@@ -1,6 +1,8 @@
-"""The cuda kernels behind the provider interface (:mod:`graphrt.kernels.base`): runs of
-elementwise steps fused into one ``cupy.ElementwiseKernel`` each
-(:mod:`graphrt.kernels.cuda.elementwise`); every op runs its reference on cupy otherwise.
+"""The cuda kernels behind the provider interface (:mod:`graphrt.kernels.base`):
+convolutions with their bias, residual and relu epilogues through cuDNN's frontend
+(:mod:`graphrt.kernels.cuda.cudnn_conv`, where it is installed), runs of elementwise steps
+fused into one ``cupy.ElementwiseKernel`` each (:mod:`graphrt.kernels.cuda.elementwise`);
+every other op runs its reference on cupy.
 
 cupy is imported by the device backend, never here: :meth:`CudaProvider.fuse` compiles
 through the namespace it is given.
@@ -12,14 +14,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...ops import OpDef, TensorType, elementwise_runs
+from ...ops.convolution import conv_geometry
+from ...ops.nn import conv2d_geometry
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
+from .cudnn_conv import cudnn_module, prepare_conv
 from .elementwise import compile_run, kernel_source
 
 __all__ = ["CudaProvider"]
 
 
+_CONVS = frozenset({"conv", "conv2d"})
+
+
 class CudaProvider:
-    """Elementwise fusion on cuda; no kernel of its own for a single op yet."""
+    """cuDNN convolutions and elementwise fusion on cuda."""
 
     name = "cuda"
 
@@ -27,16 +35,25 @@ class CudaProvider:
     """Ops whose reference cupy cannot run (it has no bfloat16): placement keeps them on a
     host device."""
 
+    CUBLAS = frozenset({"dense", "matmul", "batch_matmul", "conv", "conv2d", "conv_transpose",
+                        "conv2d_transpose", "einsum", "attention", "col2im"})
+    """Ops whose reference multiplies matrices through CuPy, which refuses cuBLAS while a
+    stream captures: they run between the recorded segments of a CUDA graph."""
+
     def supports(self, op: OpDef) -> bool:
-        return False
+        return op.name in _CONVS and cudnn_module() is not None
 
     def takes_epilogue(self, op: OpDef) -> bool:
-        return False
+        return self.supports(op)
 
     def prepare(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType],
                 outputs: Sequence[TensorType], epilogue: Epilogue, *, dynamic: bool,
                 xp: Any) -> Prepared | None:
-        return None
+        if op.name not in _CONVS or xp is None or not hasattr(xp, "cuda"):
+            return None
+        geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
+                    else conv_geometry(attrs, len(inputs[0].shape) - 2))
+        return prepare_conv(inputs, outputs[0], *geometry, epilogue, dynamic=dynamic, xp=xp)
 
     def fuse(self, steps: Sequence[ElementwiseStep], exported: set[str],
              types: dict[str, TensorType], *, dynamic: bool, xp: Any) -> list[FusedRun]:
