@@ -112,3 +112,28 @@ def test_the_cpu_leaves_a_convolution_with_more_output_pixels_than_its_tables_ta
     assert cpu.prepare(conv, conv.attrs(), types, [out], NO_EPILOGUE, dynamic=False,
                        xp=np) is None
     assert not cpu.crew
+
+
+def test_on_cuda_matrix_products_are_not_recorded_and_convolutions_wait_for_cudnn() -> None:
+    """cuda's reference multiplies matrices through CuPy, which refuses cuBLAS under stream
+    capture: those steps run between recorded stretches. Without cuDNN's frontend the
+    convolution is the reference's too (with it, tests/kernels/cuda/test_cudnn_conv.py)."""
+    from graphrt.kernels.cuda.cudnn_conv import cudnn_module
+
+    cuda = chain("cuda", np)
+    x, w = TensorType((1, 2, 5, 5), "float32"), TensorType((3, 2, 3, 3), "float32")
+    conv = get_op("conv2d")
+    out = conv.infer([x, w], conv.attrs(), [None, None])
+    if cudnn_module() is None:
+        prepared = cuda.prepare(conv, conv.attrs(), [x, w], out)
+        assert prepared is not None and prepared.provider == "reference"
+        assert not prepared.capturable
+        assert cuda.prepare(conv, conv.attrs(), [x, w], out, Epilogue(relu=True)) is None
+    a, b = TensorType((4, 8), "float32"), TensorType((6, 8), "float32")
+    dense = get_op("dense")
+    dense_out = dense.infer([a, b], dense.attrs(), [None, None])
+    prepared = cuda.prepare(dense, dense.attrs(), [a, b], dense_out)
+    assert prepared is not None and not prepared.capturable
+    relu = get_op("relu")
+    prepared = cuda.prepare(relu, relu.attrs(), [a], [a])
+    assert prepared is not None and prepared.capturable
