@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "peers.py"
-WORKLOADS = ["chain", "mlp", "resnet18", "branches", "resnet50", "bert"]
+WORKLOADS = ["chain", "mlp", "resnet18", "branches", "resnet50", "mobilenet_v2", "bert"]
 
 
 def run_quick(tmp_path: Path, *args: str, hide_numba: bool = False
@@ -38,7 +38,7 @@ def run_quick(tmp_path: Path, *args: str, hide_numba: bool = False
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shadow.parent),
                                                           env.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--repeat", "1",
-                           "--warmup", "0", "--json", str(out), *args],
+                           "--block", "2", "--warmup", "0", "--json", str(out), *args],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text()), done.stdout
@@ -54,12 +54,17 @@ def test_every_workload_runs_and_agrees_with_onnxruntime(tmp_path: Path) -> None
         assert "error" not in r, r
         assert r["rel_err_graphrt"] < 1e-3 and r["rel_err_numpy"] < 1e-3, r
         for key in ("graphrt_ms", "ort_ms", "numpy_ms", "ratio_ort", "ratio_numpy",
-                    "convert_s", "create_s", "target"):
+                    "graphrt_cold_ms", "ort_cold_ms", "ratio_ort_cold", "convert_s",
+                    "create_s", "target"):
             assert r[key] > 0, (key, r)
         assert r["pass"] == (r["ratio_ort"] <= r["target"])
         assert f"<={r['target']:.2f} " in stdout
     env = doc["environment"]
-    assert {"cpu", "blas", "numpy", "onnxruntime", "graphrt", "numba", "thread_env"} <= set(env)
+    assert {"cpu", "blas", "numpy", "onnxruntime", "graphrt", "numba", "thread_env",
+            "topology", "graphrt_threads"} <= set(env)
+    assert env["ort_threads"].startswith(f"intra_op_num_threads={env['graphrt_threads']} ")
+    assert {"logical", "physical_cores", "usable", "isa"} <= set(env["topology"])
+    assert "steady state" in stdout and "cold" in stdout
 
 
 def test_workloads_and_batches_select_rows_without_numba(tmp_path: Path) -> None:

@@ -3,10 +3,12 @@ may be used, the compiled row kernels of ``layer_norm`` and ``softmax``
 (:mod:`graphrt.kernels.cpu.row_kernels`), the direct convolution
 (:mod:`graphrt.kernels.cpu.direct_conv`) and the max pool (:mod:`graphrt.kernels.cpu.pool_kernels`).
 
-numba is optional (the extra ``graphrt[jit]``); without it, or with ``GRAPHRT_JIT=0``, every
-op keeps its numpy path and the reason is logged once per process. The compiled modules are
-compiled (or loaded from numba's disk cache) when a kernel or plan first asks for them, which
-is at ``create()``.
+numba is a core dependency: the compiled kernels are graphrt's cpu speed. ``GRAPHRT_JIT=0``
+switches them off (each op keeps its numpy path, said once in the log at info level). Where
+they cannot run although asked for (numba missing or unusable on this CPU, a compile that
+fails), one warning per process says so and what it costs (:func:`compiled_path_lost`). The
+compiled modules are compiled (or loaded from numba's disk cache) when a kernel or plan first
+asks for them, which is at ``create()``.
 
 Example:
     >>> kernels = row_kernels()  # None without numba
@@ -27,23 +29,39 @@ import numpy as np
 
 from ...ops import TensorType, normalize_axis
 
-__all__ = ["direct_conv", "host_rows", "load_numba", "pool_kernels", "row_kernels", "rows_call"]
+__all__ = ["compiled_path_lost", "direct_conv", "host_rows", "load_numba", "pool_kernels",
+           "row_kernels", "rows_call"]
 
 logger = logging.getLogger(__name__)
 
 _LOGGED: set[str] = set()  # the reasons a compiled module was not used, each logged once
+_WARNED: list[str] = []  # the one warning of this process, once given
+
+COST = ("convolutions, max pooling, softmax, layer norm and fused elementwise runs take their "
+        "numpy paths (elementwise chains run up to about 1.6x slower: benchmarks/peers.py's "
+        "1000-node chain)")
+
+
+def compiled_path_lost(reason: str) -> None:
+    """Warn, once per process, that the compiled cpu kernels cannot run, why and what it
+    costs (not for ``GRAPHRT_JIT=0``, which is asked for)."""
+    if not _WARNED:
+        _WARNED.append(reason)
+        logger.warning("graphrt: the compiled cpu kernels cannot run (%s): %s", reason, COST)
 
 
 def load_numba(why_not: Callable[[str], None]) -> Any:
-    """The numba module, or None after ``why_not(reason)`` (``GRAPHRT_JIT=0``, not
-    installed)."""
+    """The numba module, or None after ``why_not(reason)`` (``GRAPHRT_JIT=0``, or numba
+    missing or unusable: then with the process's one warning too)."""
     if os.environ.get("GRAPHRT_JIT", "1") == "0":
         why_not("GRAPHRT_JIT=0")
         return None
     try:
-        import numba  # optional, and slow to import: only when a kernel asks for it
-    except ImportError as err:
-        why_not(f"numba is not installed ({err}); pip install 'graphrt[jit]'")
+        import numba  # slow to import: only when a kernel asks for it
+    except ImportError as err:  # an install without graphrt's dependencies, or a CPU it lacks
+        reason = f"numba cannot be imported ({err}); pip install numba"
+        why_not(reason)
+        compiled_path_lost(reason)
         return None
     return numba
 
@@ -64,7 +82,9 @@ def _compiled(name: str, what: str) -> ModuleType | None:
     try:
         return importlib.import_module(f"{__package__}.{name}")
     except (ImportError, OSError, numba.core.errors.NumbaError) as err:
-        why_not(f"numba could not compile them ({type(err).__name__}: {err})")
+        reason = f"numba could not compile them ({type(err).__name__}: {err})"
+        why_not(reason)
+        compiled_path_lost(reason)
         return None
 
 

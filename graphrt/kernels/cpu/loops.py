@@ -48,7 +48,7 @@ import numpy as np
 
 from ...ops import ElementwiseRun, TensorType, elementwise_runs
 from ..base import ElementwiseStep
-from .jit import load_numba
+from .jit import compiled_path_lost, load_numba
 
 __all__ = ["CpuLoop", "cache_dir", "compile_loop", "fused_runs", "loop_source",
            "python_steps"]
@@ -402,7 +402,9 @@ def compile_loop(loop: CpuLoop) -> Kernel | None:
             compiled = numba.njit(numba.types.void(*signature), cache=True,
                                   error_model="numpy")(module.kernel)
         except (OSError, numba.core.errors.NumbaError) as err:
-            _numpy_path(f"numba could not compile a run ({type(err).__name__}: {err})")
+            reason = f"numba could not compile a run ({type(err).__name__}: {err})"
+            _numpy_path(reason)
+            compiled_path_lost(reason)
             return None
         module._kernel = compiled
         kernel = module.call if loop.wrapper else compiled

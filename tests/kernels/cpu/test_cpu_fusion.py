@@ -17,6 +17,7 @@ import pytest
 
 import graphrt
 from graphrt.kernels import chain
+from graphrt.kernels.cpu import jit
 from graphrt.kernels.cpu import loops as cpu_fusion
 from graphrt.lib import Library, TensorType
 from graphrt.lib.lowering import Lowering
@@ -240,12 +241,15 @@ def test_without_numba_the_numpy_path_is_taken_and_logged_once(
     monkeypatch.setattr(builtins, "__import__", no_numba)
     monkeypatch.setattr(cpu_fusion, "_LOADED", {})
     monkeypatch.setattr(cpu_fusion, "_LOGGED", set())
+    monkeypatch.setattr(jit, "_WARNED", [])
     with caplog.at_level(logging.INFO, logger="graphrt.kernels.cpu.loops"):
         for _ in range(2):
             fused, plain, calls = _both(ARITHMETIC, _arithmetic_inputs("float32", ((3,),) * 4))
             assert calls == 4 and np.array_equal(fused, plain)
-    messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 1 and "numba is not installed" in messages[0]
+    infos = [r.getMessage() for r in caplog.records if r.name == "graphrt.kernels.cpu.loops"]
+    assert len(infos) == 1 and "numba cannot be imported" in infos[0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "the compiled cpu kernels cannot run" in warnings[0]
 
 
 def test_an_unusable_cache_dir_falls_back_with_a_reason(
@@ -273,6 +277,7 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
 _CHILD = """
 import numpy as np
 from graphrt.kernels import chain
+from graphrt.kernels.cpu import jit
 from graphrt.kernels.cpu import loops as cpu_fusion
 from graphrt.lib import Library, TensorType
 from graphrt.ops import elementwise_runs
