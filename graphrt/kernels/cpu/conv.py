@@ -284,6 +284,65 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
         *_epilogue(kernels, flat, residual, relu), plan.chunk, counters, plan.grain))
 
 
+@dataclass(frozen=True)
+class DepthwisePlan:
+    """A depthwise convolution (groups = input channels = output channels) at given shapes:
+    each channel's output plane computed in cache, tap by tap over the rows and columns whose
+    window reads inside the image (:func:`graphrt.kernels.cpu.direct_conv.depthwise_jobs`).
+
+    Attributes:
+        geometry: height, width, out height, out width, kernel height, width, strides,
+            dilations, begin pads (int64, read-only).
+        workspace: None (the data is read in place).
+        jobs: channel planes over the batch.
+        grain: jobs a thread claims at a time.
+        parallel: worth running on every core.
+    """
+
+    geometry: np.ndarray[Any, Any] = field(repr=False)
+    workspace: None
+    jobs: int
+    grain: int
+    parallel: bool
+
+
+@lru_cache(maxsize=256)
+def depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
+                   strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...]
+                   ) -> DepthwisePlan:
+    """The :class:`DepthwisePlan` of data ``x`` ``[N, C, H, W]``, weight ``w``
+    ``[C, 1, KH, KW]`` into ``out`` ``[N, C, OH, OW]``.
+
+    Example:
+        >>> plan = depthwise_plan((1, 96, 112, 112), (96, 1, 3, 3), (1, 96, 56, 56), (2, 2),
+        ...                       (1, 1), (0, 0))
+        >>> plan.jobs, plan.grain, plan.parallel
+        (96, 1, True)
+    """
+    geometry = np.array([*x[2:], *out[2:], *w[2:], *strides, *dilation, *begin], np.int64)
+    geometry.flags.writeable = False
+    jobs = x[0] * x[1]
+    work = jobs * out[2] * out[3] * w[2] * w[3]
+    return DepthwisePlan(geometry, None, jobs, max(1, min(8, jobs // 64)),
+                         work >= _MIN_WORK and jobs > 1)
+
+
+def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, Any],
+                  weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
+                  out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None = None,
+                  relu: bool = False) -> None:
+    """The depthwise convolution ``plan``: as :func:`run_direct` (no workspace)."""
+    data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
+    channels = weight.shape[0]
+    taps = derived(weight, "depthwise", lambda: np.ascontiguousarray(weight).reshape(-1))
+    summed = _zero_bias(channels, 1) if bias is None else np.ascontiguousarray(bias)
+    flat = np.asarray(out).reshape(-1)
+    counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
+    run_jobs(kernels.depthwise_jobs, plan.parallel, (
+        data, taps, summed, flat, channels, plan.geometry,
+        *_epilogue(kernels, flat, residual, relu), counters, plan.grain))
+
+
 @lru_cache(maxsize=64)
 def _zero_bias(channels: int, block: int) -> np.ndarray[Any, Any]:
     zeros = _packed_bias(None, channels, block)
@@ -305,7 +364,7 @@ class HostConvPlan:
         reference: the reference's plan, None where the compiled kernel runs.
     """
 
-    direct: DirectPlan | PointwisePlan | None
+    direct: DirectPlan | PointwisePlan | DepthwisePlan | None
     reference: ConvPlan | None
 
     def workspace(self) -> list[TensorType]:
@@ -325,7 +384,8 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
     """The cpu's plan of a convolution (see :func:`graphrt.ops.convolution.conv_plan` for
     the arguments): the compiled direct kernel's geometry where ``direct`` (numba is there),
     ``host``, the dtype float32, one group and 2-D; a 1x1 convolution without begin pads
-    whose output keeps every stride-th pixel runs the pointwise kernel.
+    whose output keeps every stride-th pixel runs the pointwise kernel; a depthwise one (a
+    group per channel, one output channel each) the depthwise kernel.
 
     Example:
         >>> plan = conv_plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), "float32", "float32",
@@ -334,7 +394,10 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
         ('DirectPlan', None)
     """
     space, out_space = x[2:], out[2:]
-    if direct and host and dtype == gemm == "float32" and groups == 1 and len(space) == 2:
+    compiled = direct and host and dtype == gemm == "float32" and len(space) == 2
+    if compiled and groups > 1 and groups == x[1] == w[0] and w[1] == 1:
+        return HostConvPlan(depthwise_plan(x, w, out, strides, dilation, begin), None)
+    if compiled and groups == 1:
         strided = w[2:] == (1, 1) and not any(begin) and all(
             o == (i - 1) // s + 1 for o, i, s in zip(out_space, space, strides, strict=True))
         geometry = (pointwise_plan(x, w, out, strides) if strided else
@@ -344,9 +407,11 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
                                              dilation, begin))
 
 
-def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan, x: Any, weight: Any,
-            bias: Any, out: Any, buffer: Any, residual: Any, relu: bool) -> None:
-    if isinstance(plan, PointwisePlan):
+def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
+            weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool) -> None:
+    if isinstance(plan, DepthwisePlan):
+        run_depthwise(kernels, plan, x, weight, bias, out, residual, relu)
+    elif isinstance(plan, PointwisePlan):
         run_pointwise(kernels, plan, x, weight, bias, out, buffer, residual, relu)
     else:
         run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu)
@@ -386,7 +451,8 @@ def run_conv_with(kernels: ModuleType | None, xp: Any, inputs: Sequence[Any],
         out[...] = target
 
 
-def _buffer(plan: DirectPlan | PointwisePlan, workspace: Sequence[Any]) -> Any:
+def _buffer(plan: DirectPlan | PointwisePlan | DepthwisePlan, workspace: Sequence[Any]
+            ) -> Any:
     """The padded or strided copy's buffer: the planned workspace, or one allocated for a
     plain call; None where the plan reads the data in place."""
     if plan.workspace is None:
@@ -424,12 +490,13 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
     """
     x = types[0]
     kernels = direct_kernels()
-    if not (kernels is not None and x.dtype == "float32" and groups == 1 and x.ndim == 4
+    if not (kernels is not None and x.dtype == "float32" and x.ndim == 4
             and 0 not in out.shape):
         return None
     geometry = conv_plan(x.shape, types[1].shape, out.shape, "float32", "float32", True,
                          groups, strides, dilation, begin, True).direct
-    assert geometry is not None
+    if geometry is None:  # grouped, not depthwise: the reference
+        return None
     n_in = len(types)
     has_bias = n_in == 3
 

@@ -52,8 +52,8 @@ from numba.extending import intrinsic
 
 from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
 
-__all__ = ["CHANNELS", "PADDING", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "conv_jobs",
-           "pack_weights", "pointwise_jobs"]
+__all__ = ["CHANNELS", "DEPTHWISE_GEOMETRY", "PADDING", "PIXELS", "RELU", "RESIDUAL", "ROWS",
+           "SPAN", "conv_jobs", "depthwise_jobs", "pack_weights", "pointwise_jobs"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""
@@ -493,5 +493,127 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                     _panel(weights, w0, depth, panel, 0, SPAN, bias, block * ROWS, scratch,
                            0, SPAN, nothing, 0)  # type: ignore[call-arg]
                 _from_scratch(out, o0, length, scratch, rows, count, SPAN, 1, residual, flags)
+        done(counters, 0, last - first)
+    return finish(counters, total, bell, caller, call, spins)
+
+
+@numba.njit(cache=True, nogil=True)
+def _columns(shift_x: int, width: int, ow: int, sw: int) -> tuple[int, int]:
+    """The output columns ``[lo, hi)`` whose input column ``ox * sw + shift_x`` is inside."""
+    lo = (-shift_x + sw - 1) // sw if shift_x < 0 else 0
+    hi = min(ow, (width - 1 - shift_x) // sw + 1) if width > shift_x else 0
+    return lo, max(lo, hi)
+
+
+@numba.njit(cache=True, nogil=True)
+def _tap(acc: np.ndarray, x: np.ndarray, tap: float, x0: int, y0: int, y1: int,
+         shift_y: int, shift_x: int, lo: int, hi: int, width: int, ow: int, sh: int,
+         sw: int) -> None:
+    """``acc += tap * x`` over output rows ``[y0, y1)`` and columns ``[lo, hi)`` (through
+    slices, not index arithmetic: LLVM vectorizes the loop over them)."""
+    count = hi - lo
+    for oy in range(y0, y1):
+        start = x0 + (oy * sh + shift_y) * width + shift_x + lo * sw
+        into = acc[oy * ow + lo:oy * ow + hi]
+        if sw == 1:  # a unit-stride slice: contiguous loads
+            row = x[start:start + count]
+            for ox in range(count):
+                into[ox] += tap * row[ox]
+        else:
+            strided = x[start:start + (count - 1) * sw + 1:sw]
+            for ox in range(count):
+                into[ox] += tap * strided[ox]
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_of_three(acc: np.ndarray, x: np.ndarray, weights: np.ndarray, w0: int, x0: int,
+                  y0: int, y1: int, shift_y: int, width: int, ow: int, sh: int, sw: int,
+                  dw: int, pw: int) -> None:
+    """One kernel row of three taps at column stride 1: the columns all three read inside
+    the image in one loop over contiguous slices (three products per stored sum), the edge
+    columns tap by tap."""
+    s0, s1, s2 = -pw, dw - pw, 2 * dw - pw
+    lo0, hi0 = _columns(s0, width, ow, sw)
+    lo1, hi1 = _columns(s1, width, ow, sw)
+    lo2, hi2 = _columns(s2, width, ow, sw)
+    lo, hi = max(lo0, lo1, lo2), min(hi0, hi1, hi2)
+    if lo >= hi:  # no column reads all three: tap by tap
+        for k, (a, b) in enumerate(((lo0, hi0), (lo1, hi1), (lo2, hi2))):
+            if a < b:
+                _tap(acc, x, weights[w0 + k], x0, y0, y1, shift_y, k * dw - pw, a, b, width,
+                     ow, sh, sw)
+        return
+    t0, t1, t2 = weights[w0], weights[w0 + 1], weights[w0 + 2]
+    count = hi - lo
+    for oy in range(y0, y1):
+        base = x0 + (oy * sh + shift_y) * width + lo
+        into = acc[oy * ow + lo:oy * ow + hi]
+        c0, c1, c2 = (x[base + s0:base + s0 + count], x[base + s1:base + s1 + count],
+                      x[base + s2:base + s2 + count])
+        for ox in range(count):
+            into[ox] += t0 * c0[ox] + t1 * c1[ox] + t2 * c2[ox]
+    for k, (a, b) in enumerate(((lo0, hi0), (lo1, hi1), (lo2, hi2))):
+        shift = k * dw - pw
+        if a < lo:
+            _tap(acc, x, weights[w0 + k], x0, y0, y1, shift_y, shift, a, min(b, lo), width,
+                 ow, sh, sw)
+        if b > hi:
+            _tap(acc, x, weights[w0 + k], x0, y0, y1, shift_y, shift, max(a, hi), b, width,
+                 ow, sh, sw)
+
+
+DEPTHWISE_GEOMETRY = 12
+"""Entries of a depthwise job's geometry: height, width, out height, out width, kernel
+height, width, strides, dilations and begin pads (each per axis)."""
+
+
+@numba.njit(types.boolean(_FLOATS_IN, _FLOATS_IN, _FLOATS_IN, _FLOATS, types.int64, _I64_IN,
+                          _FLOATS_IN, types.int64, *JOBS), cache=True, nogil=True)
+def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np.ndarray,
+                   channels: int, geometry: np.ndarray, residual: np.ndarray, flags: int,
+                   counters: np.ndarray, grain: int, bell: np.ndarray, caller: bool,
+                   call: int, spins: int) -> bool:
+    """A depthwise convolution (one input channel per output channel), ``x`` ``[N, C, H, W]``
+    by ``weights`` ``[C, KH, KW]`` (+ ``bias`` ``[C]``) into ``out`` ``[N, C, OH, OW]``, all
+    flattened; ``geometry`` as :data:`DEPTHWISE_GEOMETRY`. One job is one channel of one
+    image: its output plane (in cache) starts at the bias, then each tap adds its weight times
+    the input over the output rows and columns whose window reads inside the image (no
+    padded copy, no bounds test in the inner loop, which numba vectorizes where the stride is
+    1), then the epilogue of ``flags`` as the plane is stored. Jobs are claimed as in
+    :func:`conv_jobs` (whose last six arguments these are)."""
+    if caller:
+        ring(bell)
+    height, width, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = geometry[:12]
+    plane_in, plane_out = height * width, oh * ow
+    total = out.shape[0] // plane_out
+    acc = np.empty(plane_out, np.float32)
+    while True:
+        first, last = claim(counters, 0, grain, total)
+        if first >= last:
+            break
+        for job in range(first, last):
+            c = job % channels
+            x0, o0 = job * plane_in, job * plane_out
+            acc[:] = bias[c]
+            for ky in range(kh):
+                shift_y = ky * dh - ph  # input row of output row oy: oy * sh + shift_y
+                y0 = (-shift_y + sh - 1) // sh if shift_y < 0 else 0
+                y1 = min(oh, (height - 1 - shift_y) // sh + 1) if height > shift_y else 0
+                w0 = (c * kh + ky) * kw
+                if kw == 3 and sw == 1:  # a kernel row's three taps in one pass
+                    _row_of_three(acc, x, weights, w0, x0, y0, y1, shift_y, width, ow, sh, sw,
+                                  dw, pw)
+                    continue
+                for kx in range(kw):
+                    shift_x = kx * dw - pw
+                    x_lo, x_hi = _columns(shift_x, width, ow, sw)
+                    if x_lo < x_hi:
+                        _tap(acc, x, weights[w0 + kx], x0, y0, y1, shift_y, shift_x, x_lo,
+                             x_hi, width, ow, sh, sw)
+            if flags:
+                for p in range(plane_out):
+                    out[o0 + p] = _epilogue(acc[p], residual, o0 + p, flags)
+            else:
+                out[o0:o0 + plane_out] = acc
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)
