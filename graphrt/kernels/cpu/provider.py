@@ -1,7 +1,8 @@
 """The cpu's compiled kernels behind the provider interface (:mod:`graphrt.kernels.base`).
 
-- ``conv``, ``conv2d``: the direct or pointwise convolution (2-D float32 of one group), with
-  its ``+ residual`` / relu epilogue (:mod:`graphrt.kernels.cpu.conv`).
+- ``conv``, ``conv2d``: the direct or pointwise convolution (2-D float32 of one group), or the
+  depthwise one (a group per channel), with its ``+ residual`` / relu epilogue
+  (:mod:`graphrt.kernels.cpu.conv`).
 - ``max_pool``, ``max_pool2d``: the compiled max pool (float32, 2-D windows, no indices;
   :mod:`graphrt.kernels.cpu.pool`).
 - ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
