@@ -42,7 +42,12 @@ def _root(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 def _forget(ident: int) -> None:
-    with _lock:
+    """Drop the entry of a frozen memory that died (a weakref finalizer). It takes no lock:
+    the garbage collector may run it on a thread that holds ``_lock`` already (an
+    allocation inside :func:`freeze`), which deadlocked; one dict operation is atomic, and
+    an entry whose owner lives (the id reused) is kept."""
+    entry = _frozen.get(ident)
+    if entry is not None and entry[0]() is None:
         _frozen.pop(ident, None)
 
 
@@ -54,9 +59,10 @@ def freeze(array: np.ndarray[Any, Any]) -> None:
     array.flags.writeable = False
     root = _root(array)
     with _lock:
-        if id(root) in _frozen:
+        entry = _frozen.get(id(root))
+        if entry is not None and entry[0]() is root:
             return
-        _frozen[id(root)] = (weakref.ref(root), {})
+        _frozen[id(root)] = (weakref.ref(root), {})  # new, or the id of a dead owner reused
     weakref.finalize(root, _forget, id(root))
 
 
