@@ -35,13 +35,15 @@ __all__ = ["NO_EPILOGUE", "ElementwiseStep", "Epilogue", "FusedRun", "Prepared",
 @dataclass(frozen=True)
 class Epilogue:
     """What a kernel applies as it stores its output: ``+ residual`` (an array of the
-    output's type, passed after the op's inputs) and/or relu."""
+    output's type, passed after the op's inputs), then relu or a clip to ``(low, high)``
+    (ReLU6 is ``(0, 6)``)."""
 
     residual: bool = False
     relu: bool = False
+    clip: tuple[float, float] | None = None
 
     def __bool__(self) -> bool:
-        return self.residual or self.relu
+        return self.residual or self.relu or self.clip is not None
 
 
 NO_EPILOGUE = Epilogue()

@@ -296,10 +296,11 @@ class FusedFunction:
         merged: list[tuple[int, int, Call]] = []
         for run in runs:
             step = steps[run.first]
+            clip = steps[run.last].attrs if run.clip else None
+            epilogue = Epilogue(run.residual is not None, run.relu, None if clip is None else (
+                float(clip.a_min), float(clip.a_max)))
             prepared = kernels.prepare(step.op, step.attrs, [types[a] for a in step.inputs],
-                                       [types[run.output]],
-                                       Epilogue(run.residual is not None, run.relu),
-                                       dynamic=dynamic)
+                                       [types[run.output]], epilogue, dynamic=dynamic)
             # the fused kernel takes the workspace planned for the step alone, so it must be
             # the same (a provider whose epilogue needs other scratch leaves the steps apart)
             if prepared is not None and prepared.workspace == tuple(

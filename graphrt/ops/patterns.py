@@ -8,7 +8,8 @@ business (:mod:`graphrt.kernels`):
   one ``cupy.ElementwiseKernel`` on cuda).
 * :func:`epilogue_runs`: an op followed by the elementwise steps it can apply as its epilogue.
   A convolution followed by ``add`` of an array of its own type (a residual) and/or ``relu``
-(the conv -> add -> relu of every ResNet block) can apply them as it stores its results
+or ``clip`` (the conv -> add -> relu of every ResNet block, MobileNet's ReLU6) can apply them
+as it stores its results
 (:class:`graphrt.kernels.Epilogue`), with no pass of their own over memory.
 
 Example:
@@ -31,16 +32,22 @@ from .base import TensorType
 __all__ = ["ElementwiseRun", "EpilogueRun", "elementwise_runs", "epilogue_runs"]
 
 
+ACTIVATIONS = ("relu", "clip")
+"""The ops an epilogue may end with (``clip`` with its attributes' bounds)."""
+
+
 @dataclass(frozen=True)
 class EpilogueRun:
     """Steps ``first..last`` (inclusive): the op at ``first``, then ``+ residual`` (None:
-    no add) and relu (or not), exporting ``output``."""
+    no add) and relu (or not), exporting ``output``; ``clip``: the last step is a ``clip``
+    instead (its bounds are its attributes)."""
 
     first: int
     last: int
     residual: str | None
     relu: bool
     output: str
+    clip: bool = False
 
 
 def epilogue_runs(steps: Sequence[tuple[str, tuple[str, ...], tuple[str, ...]]],
@@ -72,17 +79,17 @@ def epilogue_runs(steps: Sequence[tuple[str, tuple[str, ...], tuple[str, ...]]],
             if types[residual] != types[value]:
                 index += 1
                 continue
-            if (last + 1 < len(steps) and steps[last + 1][0] == "relu"
+            if (last + 1 < len(steps) and steps[last + 1][0] in ACTIVATIONS
                     and steps[last + 1][1] == after and internal(after[0])):
                 last += 1
-        elif op != "relu":
+        elif op not in ACTIVATIONS or len(ins) != 1:
             index += 1
             continue
         if not anchor(index):
             index += 1
             continue
         runs.append(EpilogueRun(index, last, residual, steps[last][0] == "relu",
-                                steps[last][2][0]))
+                                steps[last][2][0], steps[last][0] == "clip"))
         index = last + 1
     return runs
 

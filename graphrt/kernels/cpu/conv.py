@@ -47,6 +47,8 @@ __all__ = ["DirectPlan", "HostConvPlan", "PointwisePlan", "conv_epilogue", "conv
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
 # and pointwise 6 output channels x 16 pixels.
 _CHANNELS, _PIXELS, _ROWS, _SPAN = 16, 6, 6, 16
+Clip = tuple[float, float] | None
+"""An epilogue's clip to ``(low, high)``, or None."""
 
 _MIN_WORK = 50_000
 """Tile-taps (about 7 cycles each) below which a convolution runs on the calling thread
@@ -179,20 +181,25 @@ def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
 
 
 def _epilogue(kernels: ModuleType, out: np.ndarray[Any, Any],
-              residual: np.ndarray[Any, Any] | None, relu: bool
-              ) -> tuple[np.ndarray[Any, Any], int]:
+              residual: np.ndarray[Any, Any] | None, relu: bool, clip: Clip = None
+              ) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
     """The epilogue arguments of a job function: the residual (flat; empty without one) and
     the flags."""
     flags = kernels.RELU if relu else 0
+    bounds = np.zeros(2, np.float32)
+    if clip is not None:
+        flags |= kernels.CLIP
+        bounds[:] = clip
     if residual is None:
-        return out.reshape(-1)[:0], flags
-    return np.ascontiguousarray(residual).reshape(-1), flags | kernels.RESIDUAL
+        return out.reshape(-1)[:0], flags, bounds
+    return np.ascontiguousarray(residual).reshape(-1), flags | kernels.RESIDUAL, bounds
 
 
 def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
                weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
-               residual: np.ndarray[Any, Any] | None = None, relu: bool = False) -> None:
+               residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
+               clip: Clip = None) -> None:
     """The convolution ``plan`` of float32 ``x`` by ``weight`` (+ ``bias``) into ``out``
     (C-contiguous), with ``buffer`` the planned workspace (None where the plan needs none),
     then ``+ residual`` (shaped as ``out``) and relu as the results are stored."""
@@ -203,7 +210,7 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     counters = np.zeros(4, np.int64)  # tiles claimed, done; padded copy's jobs claimed, done
     run_jobs(kernels.conv_jobs, plan.parallel, (
         data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, packed,
-        summed, flat, weight.shape[0], *_epilogue(kernels, flat, residual, relu), plan.strip,
+        summed, flat, weight.shape[0], *_epilogue(kernels, flat, residual, relu, clip), plan.strip,
         counters, plan.grain))
 
 
@@ -268,7 +275,8 @@ def pointwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
 def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, Any],
                   weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                   out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
-                  residual: np.ndarray[Any, Any] | None = None, relu: bool = False) -> None:
+                  residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
+                  clip: Clip = None) -> None:
     """The pointwise convolution ``plan``: as :func:`run_direct`."""
     if buffer is None:
         data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
@@ -281,7 +289,7 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.pointwise_jobs, plan.parallel, (
         data, plan.length, plan.depth, packed, summed, flat, weight.shape[0],
-        *_epilogue(kernels, flat, residual, relu), plan.chunk, counters, plan.grain))
+        *_epilogue(kernels, flat, residual, relu, clip), plan.chunk, counters, plan.grain))
 
 
 @dataclass(frozen=True)
@@ -330,7 +338,7 @@ def depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
 def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, Any],
                   weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                   out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None = None,
-                  relu: bool = False) -> None:
+                  relu: bool = False, clip: Clip = None) -> None:
     """The depthwise convolution ``plan``: as :func:`run_direct` (no workspace)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     channels = weight.shape[0]
@@ -340,7 +348,7 @@ def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, A
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.depthwise_jobs, plan.parallel, (
         data, taps, summed, flat, channels, plan.geometry,
-        *_epilogue(kernels, flat, residual, relu), counters, plan.grain))
+        *_epilogue(kernels, flat, residual, relu, clip), counters, plan.grain))
 
 
 @lru_cache(maxsize=64)
@@ -408,30 +416,31 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
 
 
 def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
-            weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool) -> None:
+            weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool,
+            clip: Clip = None) -> None:
     if isinstance(plan, DepthwisePlan):
-        run_depthwise(kernels, plan, x, weight, bias, out, residual, relu)
+        run_depthwise(kernels, plan, x, weight, bias, out, residual, relu, clip)
     elif isinstance(plan, PointwisePlan):
-        run_pointwise(kernels, plan, x, weight, bias, out, buffer, residual, relu)
+        run_pointwise(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip)
     else:
-        run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu)
+        run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip)
 
 
 def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
              strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
-             residual: Any = None, relu: bool = False) -> None:
+             residual: Any = None, relu: bool = False, clip: Clip = None) -> None:
     """A convolution planned for this call's shapes (:func:`conv_plan`, with the compiled
     kernel where numba is there), then ``+ residual`` and relu: as the compiled kernels
     store, else in place after the reference. ``outputs``: the output, then the plan's
     workspace or nothing (allocated for the call)."""
     run_conv_with(direct_kernels(), xp, inputs, outputs, groups, strides, dilation, begin,
-                  residual, relu)
+                  residual, relu, clip)
 
 
 def run_conv_with(kernels: ModuleType | None, xp: Any, inputs: Sequence[Any],
                   outputs: Sequence[Any], groups: int, strides: tuple[int, ...],
                   dilation: tuple[int, ...], begin: tuple[int, ...], residual: Any = None,
-                  relu: bool = False) -> None:
+                  relu: bool = False, clip: Clip = None) -> None:
     """:func:`run_conv` with the compiled ``kernels`` decided by the caller (None: the
     reference), so a kernel prepared at ``create()`` never asks again."""
     x, weight, out = inputs[0], inputs[1], outputs[0]
@@ -440,13 +449,13 @@ def run_conv_with(kernels: ModuleType | None, xp: Any, inputs: Sequence[Any],
                      kernels is not None)
     if plan.direct is None or not out.size:
         reference_conv(xp, inputs, outputs, groups, strides, dilation, begin)
-        _apply(xp, out, residual, relu)
+        _apply(xp, out, residual, relu, clip)
         return
     assert kernels is not None
     target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
     buffer = _buffer(plan.direct, outputs[1:])
     bias = inputs[2] if len(inputs) == 3 else None
-    _direct(kernels, plan.direct, x, weight, bias, target, buffer, residual, relu)
+    _direct(kernels, plan.direct, x, weight, bias, target, buffer, residual, relu, clip)
     if target is not out:
         out[...] = target
 
@@ -460,16 +469,19 @@ def _buffer(plan: DirectPlan | PointwisePlan | DepthwisePlan, workspace: Sequenc
     return workspace[0] if workspace else np.empty(plan.workspace, np.float32)
 
 
-def _apply(xp: Any, out: Any, residual: Any, relu: bool) -> None:
+def _apply(xp: Any, out: Any, residual: Any, relu: bool, clip: Clip = None) -> None:
     if residual is not None:
         xp.add(out, residual, out=out)
     if relu:
         xp.maximum(out, 0, out=out)  # NaN stays NaN, as the relu op
+    if clip is not None:
+        xp.clip(out, clip[0], clip[1], out=out)
 
 
 def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups: int,
                   strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
-                  residual: bool, relu: bool) -> Callable[..., None] | None:
+                  residual: bool, relu: bool, clip: Clip = None
+                  ) -> Callable[..., None] | None:
     """The convolution of ``types`` (its inputs') into ``out`` followed by ``+ residual``
     and/or relu, as one kernel ``kernel(*inputs, residual?, out, workspace)`` (the sum and
     relu applied as the results are stored, with no pass of their own), where the compiled
@@ -504,9 +516,10 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
         extra = arrays[n_in] if residual else None
         target, *space = arrays[n_in + residual:]
         if not target.flags.c_contiguous:  # a plain call's output
-            run_conv(xp, arrays[:n_in], [target], groups, strides, dilation, begin, extra, relu)
+            run_conv(xp, arrays[:n_in], [target], groups, strides, dilation, begin, extra, relu,
+                     clip)
             return
         _direct(kernels, geometry, arrays[0], arrays[1], arrays[2] if has_bias else None,
-                target, _buffer(geometry, space), extra, relu)
+                target, _buffer(geometry, space), extra, relu, clip)
 
     return kernel

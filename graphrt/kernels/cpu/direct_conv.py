@@ -31,8 +31,8 @@ Example:
     >>> out = np.empty(4, np.float32)
     >>> in_place = np.zeros(PADDING, np.int64)        # no padding: read x itself
     >>> counters, bell = np.zeros(4, np.int64), np.zeros(1, np.int64)
-    >>> conv_jobs(x, in_place, out[:0], 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0, 1,
-    ...           counters, 1, bell, True, 0, 0)
+    >>> conv_jobs(x, in_place, out[:0], 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0,
+    ...           out[:0], 1, counters, 1, bell, True, 0, 0)
     True
     >>> out.tolist()
     [8.0, 12.0, 20.0, 24.0]
@@ -52,8 +52,8 @@ from numba.extending import intrinsic
 
 from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
 
-__all__ = ["CHANNELS", "DEPTHWISE_GEOMETRY", "PADDING", "PIXELS", "RELU", "RESIDUAL", "ROWS",
-           "SPAN", "conv_jobs", "depthwise_jobs", "pack_weights", "pointwise_jobs"]
+__all__ = ["CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "PADDING", "PIXELS", "RELU", "RESIDUAL",
+           "ROWS", "SPAN", "conv_jobs", "depthwise_jobs", "pack_weights", "pointwise_jobs"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""
@@ -68,6 +68,10 @@ RESIDUAL = 1
 """Epilogue flag: add the residual (shaped as the output) to the result."""
 RELU = 2
 """Epilogue flag: ``max(result, 0)`` (NaN stays NaN)."""
+CLIP = 4
+"""Epilogue flag: ``min(max(result, low), high)`` with the job's ``bounds`` (NaN stays NaN;
+ReLU6 is ``bounds`` (0, 6)). The micro-kernels store first; the job clamps the stored tile
+while it is in cache."""
 
 _F32 = ir.FloatType()
 _V8 = ir.VectorType(_F32, 8)
@@ -362,36 +366,54 @@ def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters:
 
 
 @numba.njit(cache=True, nogil=True)
-def _epilogue(value: float, residual: np.ndarray, at: int, flags: int) -> float:
+def _epilogue(value: float, residual: np.ndarray, at: int, flags: int, bounds: np.ndarray
+              ) -> float:
     """``value`` after the epilogue of ``flags`` (the residual read at ``at``)."""
     if flags & RESIDUAL:
         value += residual[at]
     if flags & RELU and value < 0:
         return 0.0
+    if flags & CLIP:
+        clipped: float = min(max(value, bounds[0]), bounds[1])  # NaN stays NaN
+        return clipped
     return value
+
+
+@numba.njit(cache=True, nogil=True)
+def _clamp(out: np.ndarray, o0: int, plane: int, channels: int, pixels: int,
+           bounds: np.ndarray) -> None:
+    """Clip a stored tile (``channels`` rows ``plane`` apart, ``pixels`` long) to
+    ``bounds``, in cache."""
+    low, high = bounds[0], bounds[1]
+    for c in range(channels):
+        row = out[o0 + c * plane:o0 + c * plane + pixels]
+        for p in range(pixels):
+            row[p] = min(max(row[p], low), high)
 
 
 @numba.njit(cache=True, nogil=True)
 def _from_scratch(out: np.ndarray, o0: int, plane: int, scratch: np.ndarray, channels: int,
                   pixels: int, channel_step: int, pixel_step: int, residual: np.ndarray,
-                  flags: int) -> None:
+                  flags: int, bounds: np.ndarray) -> None:
     """The ``channels`` x ``pixels`` results of a tile short of either, summed into
     ``scratch`` (channel ``c``, pixel ``p`` at ``c * channel_step + p * pixel_step``), stored
     into ``out`` from ``o0`` (channels ``plane`` apart) with the epilogue of ``flags``."""
     for c in range(channels):
         for p in range(pixels):
             at = o0 + c * plane + p
-            out[at] = _epilogue(scratch[c * channel_step + p * pixel_step], residual, at, flags)
+            out[at] = _epilogue(scratch[c * channel_step + p * pixel_step], residual, at, flags,
+                                bounds)
 
 
 @numba.njit(types.boolean(_FLOATS_IN, _I64_IN, _FLOATS, types.int64, _I64_IN, types.int64,
                           flat(types.int32, True), _FLOATS_IN, _FLOATS_IN, _FLOATS, types.int64,
-                          _FLOATS_IN, types.int64, types.int64, *JOBS), cache=True, nogil=True)
+                          _FLOATS_IN, types.int64, _FLOATS_IN, types.int64, *JOBS), cache=True,
+            nogil=True)
 def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: int,
               pixels: np.ndarray, length: int, taps: np.ndarray, weights: np.ndarray,
               bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
-              flags: int, strip: int, counters: np.ndarray, grain: int, bell: np.ndarray,
-              caller: bool, call: int, spins: int) -> bool:
+              flags: int, bounds: np.ndarray, strip: int, counters: np.ndarray, grain: int,
+              bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
     """A job function (:mod:`~graphrt.kernels.cpu.job_protocol`; ``counters`` has 2 phases):
     the convolution of ``data``, on the calling thread (``caller``) or on a helper thread
     joining it.
@@ -405,7 +427,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     claimed ``grain`` at a time. ``image``: elements per
     padded image; ``length``: output pixels per image; ``channels``: output channels;
     ``flags``: the epilogue (:data:`RESIDUAL`: add ``residual``, shaped as the output;
-    :data:`RELU`)."""
+    :data:`RELU`; :data:`CLIP` to ``bounds``)."""
     if caller:
         ring(bell)
     if padding[0]:
@@ -435,18 +457,20 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                   flags)  # type: ignore[call-arg]  # (typingctx)
             if not full:
                 _from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, residual,
-                              flags)
+                              flags, bounds)
+            elif flags & CLIP:
+                _clamp(out, o0, length, CHANNELS, PIXELS, bounds)
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)
 
 
 @numba.njit(types.boolean(_FLOATS_IN, types.int64, types.int64, _FLOATS_IN, _FLOATS_IN,
-                          _FLOATS, types.int64, _FLOATS_IN, types.int64, types.int64, *JOBS),
-            cache=True, nogil=True)
+                          _FLOATS, types.int64, _FLOATS_IN, types.int64, _FLOATS_IN,
+                          types.int64, *JOBS), cache=True, nogil=True)
 def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                    bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
-                   flags: int, chunk: int, counters: np.ndarray, grain: int,
-                   bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+                   flags: int, bounds: np.ndarray, chunk: int, counters: np.ndarray,
+                   grain: int, bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
     """A pointwise (1x1) convolution, ``x`` ``[N, depth, length]`` into ``out``
     ``[N, channels, length]`` (flattened): tiles of 16 pixels by 6 output channels, as
     jobs of one 16-pixel stretch by ``chunk`` blocks of 6 channels (whose packed weights stay
@@ -485,6 +509,8 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                 if count == SPAN and rows == ROWS:
                     _panel(weights, w0, depth, x, x0, length, bias, block * ROWS, out, o0,
                            length, residual, flags)  # type: ignore[call-arg]  # (typingctx)
+                    if flags & CLIP:
+                        _clamp(out, o0, length, ROWS, SPAN, bounds)
                     continue
                 if count == SPAN:
                     _panel(weights, w0, depth, x, x0, length, bias, block * ROWS, scratch, 0,
@@ -492,7 +518,8 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                 else:
                     _panel(weights, w0, depth, panel, 0, SPAN, bias, block * ROWS, scratch,
                            0, SPAN, nothing, 0)  # type: ignore[call-arg]
-                _from_scratch(out, o0, length, scratch, rows, count, SPAN, 1, residual, flags)
+                _from_scratch(out, o0, length, scratch, rows, count, SPAN, 1, residual, flags,
+                              bounds)
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)
 
@@ -562,17 +589,34 @@ def _row_of_three(acc: np.ndarray, x: np.ndarray, weights: np.ndarray, w0: int, 
                  ow, sh, sw)
 
 
+@numba.njit(cache=True, nogil=True)
+def _plane_epilogue(acc: np.ndarray, residual: np.ndarray, flags: int, bounds: np.ndarray
+                    ) -> None:
+    """The epilogue of ``flags`` on a whole output plane in place (``residual``: the
+    plane's own residual)."""
+    if flags & RESIDUAL:
+        for p in range(acc.shape[0]):
+            acc[p] += residual[p]
+    if flags & RELU:
+        for p in range(acc.shape[0]):
+            acc[p] = 0.0 if acc[p] < 0 else acc[p]  # NaN stays NaN
+    if flags & CLIP:
+        low, high = bounds[0], bounds[1]
+        for p in range(acc.shape[0]):
+            acc[p] = min(max(acc[p], low), high)
+
+
 DEPTHWISE_GEOMETRY = 12
 """Entries of a depthwise job's geometry: height, width, out height, out width, kernel
 height, width, strides, dilations and begin pads (each per axis)."""
 
 
 @numba.njit(types.boolean(_FLOATS_IN, _FLOATS_IN, _FLOATS_IN, _FLOATS, types.int64, _I64_IN,
-                          _FLOATS_IN, types.int64, *JOBS), cache=True, nogil=True)
+                          _FLOATS_IN, types.int64, _FLOATS_IN, *JOBS), cache=True, nogil=True)
 def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np.ndarray,
                    channels: int, geometry: np.ndarray, residual: np.ndarray, flags: int,
-                   counters: np.ndarray, grain: int, bell: np.ndarray, caller: bool,
-                   call: int, spins: int) -> bool:
+                   bounds: np.ndarray, counters: np.ndarray, grain: int, bell: np.ndarray,
+                   caller: bool, call: int, spins: int) -> bool:
     """A depthwise convolution (one input channel per output channel), ``x`` ``[N, C, H, W]``
     by ``weights`` ``[C, KH, KW]`` (+ ``bias`` ``[C]``) into ``out`` ``[N, C, OH, OW]``, all
     flattened; ``geometry`` as :data:`DEPTHWISE_GEOMETRY`. One job is one channel of one
@@ -610,10 +654,9 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
                     if x_lo < x_hi:
                         _tap(acc, x, weights[w0 + kx], x0, y0, y1, shift_y, shift_x, x_lo,
                              x_hi, width, ow, sh, sw)
-            if flags:
-                for p in range(plane_out):
-                    out[o0 + p] = _epilogue(acc[p], residual, o0 + p, flags)
-            else:
-                out[o0:o0 + plane_out] = acc
+            if flags:  # loops over slices, one per part of the epilogue: they vectorize
+                _plane_epilogue(acc, residual[o0:o0 + plane_out] if flags & RESIDUAL
+                                else residual, flags, bounds)
+            out[o0:o0 + plane_out] = acc
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)

@@ -127,15 +127,17 @@ class CpuProvider:
         workspace = tuple(plan.workspace())
         if dynamic:
             groups, strides, dilation, begin = geometry
-            residual, relu, n_in = epilogue.residual, epilogue.relu, len(inputs)
+            residual, relu, clip, n_in = (epilogue.residual, epilogue.relu, epilogue.clip,
+                                          len(inputs))
 
             def per_shape(*arrays: Any) -> None:
                 extra = arrays[n_in] if residual else None
                 run_conv_with(kernels, xp, arrays[:n_in], arrays[n_in + residual:], groups,
-                              strides, dilation, begin, extra, relu)
+                              strides, dilation, begin, extra, relu, clip)
 
             return Prepared(per_shape, workspace, capturable=False, provider=self.name)
-        call = conv_epilogue(xp, inputs, out, *geometry, epilogue.residual, epilogue.relu)
+        call = conv_epilogue(xp, inputs, out, *geometry, epilogue.residual, epilogue.relu,
+                             epilogue.clip)
         return None if call is None else Prepared(call, workspace, capturable=False,
                                                   provider=self.name)
 

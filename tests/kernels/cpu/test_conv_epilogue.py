@@ -107,6 +107,36 @@ def test_epilogue_runs_are_found_only_where_nothing_else_reads_between() -> None
     assert runs(_steps(conv, ("relu", ("t",), ("u",)), ("add", ("t", "u"), ("y",)))) == []
     assert runs(_steps(("dense", ("x", "w"), ("t",)), ("relu", ("t",), ("y",)))) == []
     assert runs(_steps(conv, ("sigmoid", ("t",), ("y",)))) == []
+    # ReLU6 and other clips end an epilogue as relu does
+    assert runs(_steps(conv, ("clip", ("t",), ("y",)))) == [
+        EpilogueRun(0, 1, None, False, "y", clip=True)]
+    assert runs(_steps(conv, ("add", ("t", "r"), ("u",)), ("clip", ("u",), ("y",)))) == [
+        EpilogueRun(0, 2, "r", False, "y", clip=True)]
+
+
+def test_a_function_with_relu6_runs_the_clip_in_the_convolutions_store() -> None:
+    """conv2d -> clip(0, 6) lowers to one prepared kernel, whose output is the two steps'."""
+    g = GraphBuilder()
+    ix, iw, ib = g.input("x", [1, 8, 9, 9]), g.input("w", [8, 1, 3, 3]), g.input("b", [8])
+    y = g.op("dw", "dw", [ix, iw, ib], shape=[1, 8, 9, 9])
+    lib = Library()
+    lib.define("dw", {"inputs": ["x", "w", "b"], "outputs": ["y"], "body": [
+        {"op": "conv2d", "inputs": ["x", "w", "b"], "outputs": ["t"],
+         "attrs": {"padding": [1, 1, 1, 1], "groups": 8}},
+        {"op": "clip", "inputs": ["t"], "outputs": ["y"], "attrs": {"a_min": 0, "a_max": 6}}]})
+    x = RNG.standard_normal((1, 8, 9, 9)).astype(np.float32) * 5
+    w = RNG.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(8).astype(np.float32)
+    f32 = [TensorType(s, "float32") for s in ((1, 8, 9, 9), (8, 1, 3, 3), (8,))]
+    lowering = lib.resolve("dw", "cpu").lower(f32, [f32[0]], kernels=chain("cpu", np),
+                                              where="node 3", fuse=True)
+    assert len(lowering.calls) == 1  # the clip runs in the convolution's store
+    want = np.empty((1, 8, 9, 9), np.float32)
+    run_conv(np, [x, w, b], [want], 8, (1, 1), (1, 1), (1, 1))
+    for device in (graphrt.cpu(0), graphrt.sim(0)):  # sim: the steps one by one
+        (got,) = graphrt.create(g.build([y]), lib, device)(x=x, w=w, b=b)
+        np.testing.assert_allclose(np.asarray(got), np.clip(want, 0, 6), rtol=1e-5,
+                                   atol=1e-5)
 
 
 def _block(relu_first: bool = False) -> tuple[Any, Library]:
@@ -205,3 +235,30 @@ def test_preparing_a_compiled_convolution_sets_the_graphs_blas_policy() -> None:
     prepared = kernels.prepare(op, op.attrs.model_validate({"padding": [1, 1, 1, 1]}), f32,
                                [TensorType((1, 16, 6, 6), "float32")])
     assert prepared is not None and prepared.provider == "cpu" and cpu.crew
+
+
+@pytest.mark.parametrize("case", CASES, ids=["direct", "pointwise", "pointwise-strided"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_clip_epilogue_gives_the_separate_steps(case: tuple[Any, ...],
+                                                  residual: bool) -> None:
+    """ReLU6 (clip to (0, 6)) stored by the kernel: full tiles clamped in cache after the
+    micro-kernel stores them, partial ones through the scratch tile; NaN stays NaN."""
+    xs, ws, strides, pads = case
+    x = RNG.standard_normal(xs).astype(np.float32) * 4
+    w = RNG.standard_normal(ws).astype(np.float32)
+    b = RNG.standard_normal(ws[0]).astype(np.float32)
+    shape = _out_shape(xs, ws, strides, pads)
+    r = RNG.standard_normal(shape).astype(np.float32)
+    r.flat[::5] = np.nan
+    types = [TensorType(xs, "float32"), TensorType(ws, "float32"), TensorType(ws[:1], "float32")]
+    kernel = conv_epilogue(np, types, TensorType(shape, "float32"), 1, strides, (1, 1), pads,
+                           residual, False, (0.0, 6.0))
+    assert kernel is not None
+    got = np.full(shape, 7.0, np.float32)
+    kernel(x, w, b, *([r] if residual else []), got)
+    want = np.empty(shape, np.float32)
+    run_conv(np, [x, w, b], [want], 1, strides, (1, 1), pads)
+    if residual:
+        want = want + r
+    np.testing.assert_allclose(got, np.clip(want, 0, 6), rtol=1e-5, atol=1e-5)
+    assert np.isnan(got).sum() == (np.isnan(r).sum() if residual else 0)

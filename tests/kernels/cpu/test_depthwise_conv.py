@@ -39,10 +39,13 @@ def out_shape(xs: tuple[int, ...], k: tuple[int, int], s: tuple[int, int],
 
 
 @pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
-@pytest.mark.parametrize(("bias", "residual", "relu"),
-                         [(False, False, False), (True, False, True), (True, True, True)])
+@pytest.mark.parametrize(("bias", "residual", "relu", "clip"),
+                         [(False, False, False, None), (True, False, True, None),
+                          (True, True, True, None), (True, False, False, (0.0, 6.0)),
+                          (False, True, False, (-0.5, 0.5))])
 def test_the_depthwise_kernel_matches_the_reference(case: tuple[Any, ...], bias: bool,
-                                                    residual: bool, relu: bool) -> None:
+                                                    residual: bool, relu: bool,
+                                                    clip: tuple[float, float] | None) -> None:
     xs, k, s, d, b, e = case
     os_ = out_shape(xs, k, s, d, b, e)
     x = RNG.standard_normal(xs).astype(np.float32)
@@ -52,13 +55,15 @@ def test_the_depthwise_kernel_matches_the_reference(case: tuple[Any, ...], bias:
     plan = conv_plan(xs, w.shape, os_, "float32", "float32", True, xs[1], s, d, b, True)
     assert isinstance(plan.direct, DepthwisePlan)
     got = np.full(os_, 9.0, np.float32)
-    run_conv_with(KERNELS, np, inputs, [got], xs[1], s, d, b, extra, relu)
+    run_conv_with(KERNELS, np, inputs, [got], xs[1], s, d, b, extra, relu, clip)
     want = np.empty(os_, np.float32)
     reference_conv(np, inputs, [want], xs[1], s, d, b)
     if residual:
         want += extra
     if relu:
         want = np.maximum(want, 0)
+    if clip is not None:
+        want = np.clip(want, *clip)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
