@@ -18,7 +18,7 @@ Example:
     >>> steps = [("conv2d", ("x", "w"), ("t",)), ("add", ("r", "t"), ("u",)),
     ...          ("relu", ("u",), ("y",))]
     >>> epilogue_runs(steps, {"y"}, dict(t=f32, r=f32), lambda index: index == 0)
-    [EpilogueRun(first=0, last=2, residual='r', relu=True, output='y')]
+    [EpilogueRun(first=0, last=2, residual='r', relu=True, output='y', clip=False)]
 """
 
 from __future__ import annotations
