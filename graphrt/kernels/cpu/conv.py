@@ -183,13 +183,10 @@ def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
 def _epilogue(kernels: ModuleType, out: np.ndarray[Any, Any],
               residual: np.ndarray[Any, Any] | None, relu: bool, clip: Clip = None
               ) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
-    """The epilogue arguments of a job function: the residual (flat; empty without one) and
-    the flags."""
-    flags = kernels.RELU if relu else 0
-    bounds = np.zeros(2, np.float32)
-    if clip is not None:
-        flags |= kernels.CLIP
-        bounds[:] = clip
+    """The epilogue arguments of a job function: the residual (flat; empty without one), the
+    flags and the clip's bounds."""
+    flags = (kernels.RELU if relu else 0) | (0 if clip is None else kernels.CLIP)
+    bounds = _bounds(clip or (0.0, 0.0))
     if residual is None:
         return out.reshape(-1)[:0], flags, bounds
     return np.ascontiguousarray(residual).reshape(-1), flags | kernels.RESIDUAL, bounds
@@ -349,6 +346,14 @@ def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, A
     run_jobs(kernels.depthwise_jobs, plan.parallel, (
         data, taps, summed, flat, channels, plan.geometry,
         *_epilogue(kernels, flat, residual, relu, clip), counters, plan.grain))
+
+
+@lru_cache(maxsize=64)
+def _bounds(clip: tuple[float, float]) -> np.ndarray[Any, Any]:
+    """A clip's bounds as the job functions read them (made once, read-only)."""
+    bounds = np.array(clip, np.float32)
+    bounds.flags.writeable = False
+    return bounds
 
 
 @lru_cache(maxsize=64)

@@ -37,33 +37,42 @@ def _out_shape(xs: tuple[int, ...], ws: tuple[int, ...], strides: tuple[int, ...
                             for a in range(2)))
 
 
-@pytest.mark.parametrize("case", CASES, ids=["direct", "pointwise", "pointwise-strided"])
-@pytest.mark.parametrize(("residual", "relu"), [(True, True), (True, False), (False, True)])
-def test_the_epilogue_gives_the_bits_of_the_separate_steps(
-        case: tuple[Any, ...], residual: bool, relu: bool,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _epilogue_and_steps(case: tuple[Any, ...], residual: bool, relu: bool,
+                        clip: tuple[float, float] | None, nan_every: int, scale: float = 1.0
+                        ) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """Random float32 data, weight, bias and residual (NaN every ``nan_every``-th element) of
+    ``case``; the compiled kernel's output with the epilogue; the separate steps' output
+    before the activation (conv, then ``+ residual``)."""
     xs, ws, strides, pads = case
-    x = RNG.standard_normal(xs).astype(np.float32)
+    x = RNG.standard_normal(xs).astype(np.float32) * scale
     w = RNG.standard_normal(ws).astype(np.float32)
     b = RNG.standard_normal(ws[0]).astype(np.float32)
     shape = _out_shape(xs, ws, strides, pads)
     r = RNG.standard_normal(shape).astype(np.float32)
-    r.flat[::7] = np.nan  # NaN stays NaN through relu
-    kernel = conv_epilogue(np, [TensorType(xs, "float32"), TensorType(ws, "float32"),
-                                TensorType(ws[:1], "float32")], TensorType(shape, "float32"),
-                           1, strides, (1, 1), pads, residual, relu)
+    r.flat[::nan_every] = np.nan  # NaN stays NaN through relu and clip
+    types = [TensorType(xs, "float32"), TensorType(ws, "float32"), TensorType(ws[:1], "float32")]
+    kernel = conv_epilogue(np, types, TensorType(shape, "float32"), 1, strides, (1, 1), pads,
+                           residual, relu, clip)
     assert kernel is not None
     got = np.full(shape, 7.0, np.float32)
     kernel(x, w, b, *([r] if residual else []), got)
     want = np.empty(shape, np.float32)
     run_conv(np, [x, w, b], [want], 1, strides, (1, 1), pads)
-    if residual:
-        want = want + r
+    return (x, w, b, r), got, want + r if residual else want
+
+
+@pytest.mark.parametrize("case", CASES, ids=["direct", "pointwise", "pointwise-strided"])
+@pytest.mark.parametrize(("residual", "relu"), [(True, True), (True, False), (False, True)])
+def test_the_epilogue_gives_the_bits_of_the_separate_steps(
+        case: tuple[Any, ...], residual: bool, relu: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    strides, pads = case[2:]
+    (x, w, b, r), got, want = _epilogue_and_steps(case, residual, relu, None, 7)
     if relu:
         want = np.maximum(want, 0)
     np.testing.assert_array_equal(got, want)
     monkeypatch.setenv("GRAPHRT_JIT", "0")  # the GEMM path adds and rectifies after
-    other = np.empty(shape, np.float32)
+    other = np.empty(got.shape, np.float32)
     run_conv(np, [x, w, b], [other], 1, strides, (1, 1), pads, r if residual else None, relu)
     np.testing.assert_allclose(other, want, rtol=1e-5, atol=1e-5)
 
@@ -243,22 +252,6 @@ def test_a_clip_epilogue_gives_the_separate_steps(case: tuple[Any, ...],
                                                   residual: bool) -> None:
     """ReLU6 (clip to (0, 6)) stored by the kernel: full tiles clamped in cache after the
     micro-kernel stores them, partial ones through the scratch tile; NaN stays NaN."""
-    xs, ws, strides, pads = case
-    x = RNG.standard_normal(xs).astype(np.float32) * 4
-    w = RNG.standard_normal(ws).astype(np.float32)
-    b = RNG.standard_normal(ws[0]).astype(np.float32)
-    shape = _out_shape(xs, ws, strides, pads)
-    r = RNG.standard_normal(shape).astype(np.float32)
-    r.flat[::5] = np.nan
-    types = [TensorType(xs, "float32"), TensorType(ws, "float32"), TensorType(ws[:1], "float32")]
-    kernel = conv_epilogue(np, types, TensorType(shape, "float32"), 1, strides, (1, 1), pads,
-                           residual, False, (0.0, 6.0))
-    assert kernel is not None
-    got = np.full(shape, 7.0, np.float32)
-    kernel(x, w, b, *([r] if residual else []), got)
-    want = np.empty(shape, np.float32)
-    run_conv(np, [x, w, b], [want], 1, strides, (1, 1), pads)
-    if residual:
-        want = want + r
+    (_, _, _, r), got, want = _epilogue_and_steps(case, residual, False, (0.0, 6.0), 5, 4.0)
     np.testing.assert_allclose(got, np.clip(want, 0, 6), rtol=1e-5, atol=1e-5)
     assert np.isnan(got).sum() == (np.isnan(r).sum() if residual else 0)
