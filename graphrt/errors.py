@@ -27,6 +27,7 @@ __all__ = [
     "InputError",
     "KernelNotFoundError",
     "PlacementError",
+    "RequestError",
     "abridge",
     "describe",
     "expect_type",
@@ -84,6 +85,22 @@ class ConversionError(GraphrtError):
 
 class BundleError(GraphrtError):
     """A bundle on disk is malformed, tampered with or unsafe."""
+
+
+class RequestError(GraphrtError):
+    """A request to ``graphrt serve`` that the server refuses, with the HTTP status to answer.
+
+    The message names what was wrong (the input, the field, expected versus given); the server
+    answers ``{"error": message}`` with ``status`` and goes on serving.
+
+    Attributes:
+        status: the HTTP status code (4xx for a bad request, 503 when the queue is full, 504
+            when the request timed out waiting).
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ArgumentError(InputError, TypeError):

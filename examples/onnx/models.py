@@ -425,11 +425,12 @@ def chain(nodes: int = 1000, width: int = 16, batch: int = 1, seed: int = 0
     return net.model("chain", io[:1], io[1:], f"{nodes}-node Add/Mul chain, random constants")
 
 
-def mlp(batch: int = 1, width: int = 1024, layers: int = 4, seed: int = 0) -> onnx.ModelProto:
+def mlp(batch: int | str = 1, width: int = 1024, layers: int = 4, seed: int = 0) -> onnx.ModelProto:
     """``layers`` fully connected layers of ``width`` as torch.onnx exports ``nn.Linear``
     (``Gemm`` with ``transB=1``), a ``Relu`` between them, float32, He-initialized.
 
-    Input ``input`` [batch, width], output ``output`` [batch, width].
+    Input ``input`` [batch, width], output ``output`` [batch, width] (``batch`` a name keeps
+    it symbolic).
 
     >>> [node.op_type for node in mlp(width=8, layers=2).graph.node]
     ['Gemm', 'Relu', 'Gemm']

@@ -6,7 +6,7 @@ when imported, so this table is the whole list.
 
 Example:
     >>> [command.name for command in COMMANDS]
-    ['inspect', 'validate', 'run', 'bench', 'bundle', 'convert']
+    ['inspect', 'validate', 'run', 'bench', 'bundle', 'convert', 'serve']
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .._version import __version__
 from ..errors import GraphrtError
-from . import bench, bundle, convert, inspect, run, validate
+from . import bench, bundle, convert, inspect, run, serve, validate
 from .common import UsageError
 
 __all__ = ["COMMANDS", "Command", "Configure", "Handler", "build_parser", "main"]
@@ -56,6 +56,9 @@ COMMANDS: tuple[Command, ...] = (
             bundle.bundle_command),
     Command("convert", "convert an ONNX model into a bundle (needs graphrt[onnx]); running "
             "the bundle does not need onnx", convert.configure, convert.convert_command),
+    Command("serve", "serve bundles and ONNX models over the Open Inference Protocol (KServe "
+            "v2, Triton's HTTP/gRPC API) with dynamic batching (needs graphrt[serve])",
+            serve.configure, serve.serve_command),
 )
 """Every ``graphrt`` command, in the order ``graphrt --help`` lists them."""
 

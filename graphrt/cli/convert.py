@@ -20,10 +20,10 @@ from ..bundle import load_bundle
 from .common import UsageError, pairs_to_dict, parse_count
 from .summary import bundle_lines, columns
 
-__all__ = ["configure", "convert_command"]
+__all__ = ["configure", "convert_command", "dim_bound"]
 
 
-def _dim_bound(text: str) -> tuple[str, int]:
+def dim_bound(text: str) -> tuple[str, int]:
     name, equals, value = text.partition("=")
     bound = parse_count(value.strip())
     if not (name.strip() and equals and bound):
@@ -55,7 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the bundle to write: a directory, or a single file when OUT "
                              "ends in .grb or .zip")
-    parser.add_argument("--dim", action="append", default=[], type=_dim_bound,
+    parser.add_argument("--dim", action="append", default=[], type=dim_bound,
                         metavar="NAME=BOUND", help="the largest size of a symbolic input "
                         "dimension, which stays symbolic: memory is planned for it (repeat "
                         "for several)")
