@@ -425,7 +425,8 @@ def chain(nodes: int = 1000, width: int = 16, batch: int = 1, seed: int = 0
     return net.model("chain", io[:1], io[1:], f"{nodes}-node Add/Mul chain, random constants")
 
 
-def mlp(batch: int | str = 1, width: int = 1024, layers: int = 4, seed: int = 0) -> onnx.ModelProto:
+def mlp(batch: int | str = 1, width: int = 1024, layers: int = 4, seed: int = 0
+        ) -> onnx.ModelProto:
     """``layers`` fully connected layers of ``width`` as torch.onnx exports ``nn.Linear``
     (``Gemm`` with ``transB=1``), a ``Relu`` between them, float32, He-initialized.
 

@@ -48,11 +48,12 @@ from .codec import decode_request, encode_response
 from .metrics import Metrics
 from .models import ServedModel
 
-__all__ = ["GraphrtApp", "ServerOptions", "create_app"]
+__all__ = ["EXTENSIONS", "GraphrtApp", "ServerOptions", "create_app"]
 
 log = logging.getLogger(__name__)
 
-_EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository(index)"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository(index)"]
+"""The protocol extensions the server implements (``GET /v2``)."""
 _OFFLOAD_BYTES = 64 * 1024
 """Bodies (and JSON outputs) above this size are decoded (encoded) on a worker thread, so that
 the event loop never spends milliseconds parsing numbers."""
@@ -92,6 +93,7 @@ class GraphrtApp:
         options: the options it was made with.
         ready: whether the server takes requests (False before startup and while shutting
             down).
+        grpc_port: the port of the gRPC API once it listens, else None.
     """
 
     def __init__(self, models: Sequence[ServedModel], options: ServerOptions) -> None:
@@ -104,6 +106,7 @@ class GraphrtApp:
                                        metrics=self.metrics)
                          for name, model in self.models.items()}
         self.ready = False
+        self.grpc_port: int | None = None
 
     def model(self, request: Request) -> ServedModel:
         """The model a route names, checking the version.
@@ -224,7 +227,7 @@ def create_app(models: Sequence[ServedModel], options: ServerOptions | None = No
         return _json({"ready": True})
 
     async def server_metadata(request: Request) -> Response:
-        return _json({"name": "graphrt", "version": __version__, "extensions": _EXTENSIONS})
+        return _json({"name": "graphrt", "version": __version__, "extensions": EXTENSIONS})
 
     async def model_metadata(request: Request) -> Response:
         return _json(state.model(request).metadata())
@@ -296,7 +299,7 @@ def create_app(models: Sequence[ServedModel], options: ServerOptions | None = No
         finally:
             state.ready = False
             if grpc_server is not None:
-                await grpc_server.stop(grace=None)
+                await grpc_server.stop(grace=5.0)
             await state.shutdown()
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -217,6 +217,6 @@ class Batcher:
         for request in requests:  # find the request at fault
             try:
                 outcomes.append(self.model.run(request))
-            except Exception as err:  # noqa: BLE001 - handed to that request's caller
+            except Exception as err:  # handed to that request's caller
                 outcomes.append(err)
         return outcomes

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 from typing import Any
@@ -29,7 +29,8 @@ from ..errors import RequestError, abridge, describe
 from .datatypes import graphrt_dtype
 from .models import ServedModel, TensorInfo
 
-__all__ = ["InferRequest", "OutputRequest", "decode_request", "encode_response", "parse_body"]
+__all__ = ["InferRequest", "OutputRequest", "check_tensor", "decode_request", "encode_response",
+           "parse_body", "requested_outputs", "tensor_from_bytes", "tensor_from_data"]
 
 _MAX_ID = 256
 
@@ -108,7 +109,7 @@ def _shape(tensor: Mapping[str, Any], where: str) -> list[int]:
                for d in shape):
         raise _bad(f"{where}: 'shape' must be an array of non-negative integers, given "
                    f"{abridge(orjson.dumps(shape).decode(), 80)}")
-    return shape
+    return [int(d) for d in shape]
 
 
 def _from_json(data: Any, info: TensorInfo, shape: list[int], where: str
@@ -152,8 +153,9 @@ def _from_binary(chunk: memoryview, info: TensorInfo, shape: list[int], where: s
                    f"{info.datatype} needs {expected}")
     if info.dtype_name == "bool":
         return (np.frombuffer(chunk, np.uint8) != 0).reshape(shape)
-    return np.frombuffer(chunk, info.dtype.newbyteorder("<")).astype(info.dtype, copy=False
-                                                                      ).reshape(shape)
+    array: np.ndarray[Any, Any] = np.frombuffer(chunk, info.dtype.newbyteorder("<"))
+    typed: np.ndarray[Any, Any] = array.astype(info.dtype, copy=False)
+    return typed.reshape(shape)
 
 
 def decode_request(model: ServedModel, body: bytes, header_length: int | None
@@ -190,14 +192,9 @@ def decode_request(model: ServedModel, body: bytes, header_length: int | None
             raise _bad(f"{where} must be an object with name, datatype, shape and data")
         name = _field(tensor, "name", str, where, required=True)
         where = f"input {describe(name)}"
-        info = model.input_info(name)
         datatype = _field(tensor, "datatype", str, where, required=True)
-        if datatype != info.datatype:
-            known = "" if graphrt_dtype(datatype) else " (not a datatype graphrt has)"
-            raise _bad(f"{where}: datatype {describe(datatype)}{known} does not match the "
-                       f"model's {info.datatype}")
         shape = _shape(tensor, where)
-        model.check_shape(info, shape)
+        info = check_tensor(model, name, datatype, shape)
         tensor_params = _field(tensor, "parameters", dict, where) or {}
         size = tensor_params.get("binary_data_size")
         has_data = tensor.get("data") is not None
@@ -210,14 +207,10 @@ def decode_request(model: ServedModel, body: bytes, header_length: int | None
             if offset + size > len(binary):
                 raise _bad(f"{where}: binary_data_size {size} runs past the body's binary "
                            f"section ({len(binary)} bytes, {len(binary) - offset} left)")
-            inputs[name] = _from_binary(binary[offset:offset + size], info, shape, where)
+            inputs[name] = tensor_from_bytes(info, binary[offset:offset + size], shape)
             offset += size
         elif has_data:
-            if info.dtype_name == "bfloat16":
-                inputs[name] = _from_json(tensor["data"], _float32(info), shape, where
-                                          ).astype(info.dtype)
-            else:
-                inputs[name] = _from_json(tensor["data"], info, shape, where)
+            inputs[name] = tensor_from_data(info, tensor["data"], shape)
         else:
             raise _bad(f"{where}: no 'data' and no binary_data_size")
         names.append(name)
@@ -226,6 +219,59 @@ def decode_request(model: ServedModel, body: bytes, header_length: int | None
                    f"claims (binary_data_size)")
     model.check_complete(names)
     return InferRequest(request_id, inputs, _outputs(model, header, binary_default), timeout)
+
+
+def requested_outputs(model: ServedModel, names: Sequence[str], binary: bool
+                      ) -> tuple[OutputRequest, ...]:
+    """The outputs named (all of the model's when none are), checked.
+
+    Raises:
+        RequestError: (400) an output the model does not have.
+    """
+    for name in names:
+        if name not in model.output_names:
+            raise _bad(f"model {describe(model.name)} has no output {describe(name)} (its "
+                       f"outputs: {', '.join(model.output_names)})")
+    return tuple(OutputRequest(name, binary) for name in names or model.output_names)
+
+
+def check_tensor(model: ServedModel, name: str, datatype: str, shape: list[int]
+                 ) -> TensorInfo:
+    """The model's input ``name``, checked against a request's datatype and shape.
+
+    Raises:
+        RequestError: (400) no such input, another datatype, or a shape that cannot fit.
+    """
+    info = model.input_info(name)
+    if datatype != info.datatype:
+        known = "" if graphrt_dtype(datatype) else " (not a datatype graphrt has)"
+        raise _bad(f"input {describe(name)}: datatype {describe(datatype)}{known} does not "
+                   f"match the model's {info.datatype}")
+    model.check_shape(info, shape)
+    return info
+
+
+def tensor_from_data(info: TensorInfo, data: Any, shape: list[int]) -> np.ndarray[Any, Any]:
+    """An input from the protocol's JSON ``data`` (flat or nested numbers) or gRPC's typed
+    contents, checked: kinds of numbers, count, range.
+
+    Raises:
+        RequestError: (400) naming the input and what was wrong.
+    """
+    where = f"input {describe(info.name)}"
+    if info.dtype_name == "bfloat16":
+        return _from_json(data, _float32(info), shape, where).astype(info.dtype)
+    return _from_json(data, info, shape, where)
+
+
+def tensor_from_bytes(info: TensorInfo, raw: bytes | memoryview, shape: list[int]
+                      ) -> np.ndarray[Any, Any]:
+    """An input from raw little-endian bytes (the binary extension, gRPC's raw contents).
+
+    Raises:
+        RequestError: (400) the byte count does not fit the shape.
+    """
+    return _from_binary(memoryview(raw), info, shape, f"input {describe(info.name)}")
 
 
 def _float32(info: TensorInfo) -> TensorInfo:

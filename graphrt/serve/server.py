@@ -37,7 +37,7 @@ def _config(models: Sequence[ServedModel], host: str, port: int, grpc_port: int 
     grpc_address = None if grpc_port is None else f"{host}:{grpc_port}"
     return uvicorn.Config(create_app(models, options, grpc_address=grpc_address),
                           host=host, port=port,
-                          log_level=log_level, timeout_graceful_shutdown=graceful_s,
+                          log_level=log_level, timeout_graceful_shutdown=max(1, round(graceful_s)),
                           access_log=False, lifespan="on")
 
 
