@@ -152,7 +152,8 @@ def _from_binary(chunk: memoryview, info: TensorInfo, shape: list[int], where: s
         raise _bad(f"{where}: binary_data_size is {len(chunk)} bytes, the shape {shape} of "
                    f"{info.datatype} needs {expected}")
     if info.dtype_name == "bool":
-        return (np.frombuffer(chunk, np.uint8) != 0).reshape(shape)
+        flags: np.ndarray[Any, Any] = np.frombuffer(chunk, np.uint8) != 0
+        return flags.reshape(shape)
     array: np.ndarray[Any, Any] = np.frombuffer(chunk, info.dtype.newbyteorder("<"))
     typed: np.ndarray[Any, Any] = array.astype(info.dtype, copy=False)
     return typed.reshape(shape)
