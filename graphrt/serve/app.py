@@ -301,6 +301,7 @@ def create_app(models: Sequence[ServedModel], options: ServerOptions | None = No
             if grpc_server is not None:
                 await grpc_server.stop(grace=5.0)
             await state.shutdown()
+            log.info("shut down: every request received was answered")
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)

@@ -280,6 +280,22 @@ def _model_name(bundle: Bundle, source: Path | None) -> str:
     return "model"
 
 
+def _convert(path: Path, dim_bounds: Mapping[str, int]) -> Bundle:
+    """Convert an ONNX file with the bounds of the symbolic dimensions its inputs use (one
+    ``--dim`` list serves every model of a server)."""
+    import onnx  # the optional onnx package, only for .onnx files
+
+    from ..onnx import from_onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not readable as ONNX: from_onnx says why, naming the file
+        return from_onnx(path, dim_bounds=dim_bounds or None)
+    used = {dim.dim_param for value in proto.graph.input
+            for dim in value.type.tensor_type.shape.dim if dim.dim_param}
+    return from_onnx(path, dim_bounds={k: v for k, v in dim_bounds.items() if k in used} or None)
+
+
 def load_model(source: str | os.PathLike[str] | Bundle, *, name: str | None = None,
                device_spec: Device | str = "cpu", max_batch: int | None = None,
                dim_bounds: Mapping[str, int] | None = None, warm_up: bool = True
@@ -295,7 +311,7 @@ def load_model(source: str | os.PathLike[str] | Bundle, *, name: str | None = No
         max_batch: the most samples one stacked run may hold (default: the batch variable's
             upper bound).
         dim_bounds: for an ``.onnx`` file, symbolic dimension → the largest size to plan for
-            (as ``graphrt convert --dim``).
+            (as ``graphrt convert --dim``); names its inputs do not use are left out.
         warm_up: run once on zeros before serving.
 
     Raises:
@@ -312,8 +328,7 @@ def load_model(source: str | os.PathLike[str] | Bundle, *, name: str | None = No
     elif isinstance(source, str | os.PathLike):
         where = Path(source)
         if where.suffix == ".onnx":
-            from ..onnx import from_onnx  # the optional onnx package, only for .onnx files
-            bundle = from_onnx(where, dim_bounds=dim_bounds)
+            bundle = _convert(where, dim_bounds or {})
         elif not where.exists():
             raise BundleError(f"no model at {where} (a bundle directory, a .grb/.zip bundle "
                               f"or an .onnx file)")

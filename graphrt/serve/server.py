@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Sequence
 from types import TracebackType
@@ -41,10 +42,15 @@ def _config(models: Sequence[ServedModel], host: str, port: int, grpc_port: int 
                           access_log=False, lifespan="on")
 
 
+def _ignore(sig: int, frame: object) -> None:
+    """A signal handled already (the server drained and stopped)."""
+
+
 def serve(models: Sequence[ServedModel], *, host: str = "127.0.0.1", port: int = 8000,
           grpc_port: int | None = None, options: ServerOptions | None = None,
           graceful_s: float = 30.0, log_level: str = "info") -> None:
-    """Serve ``models`` over the Open Inference Protocol until SIGINT or SIGTERM.
+    """Serve ``models`` over the Open Inference Protocol until SIGINT or SIGTERM, then finish
+    the requests in flight and return (call it from the main thread).
 
     Args:
         models: the models (:func:`graphrt.serve.load_model`).
@@ -60,7 +66,14 @@ def serve(models: Sequence[ServedModel], *, host: str = "127.0.0.1", port: int =
     """
     server = uvicorn.Server(_config(models, host, port, grpc_port, options, graceful_s,
                                     log_level))
-    server.run()
+    # uvicorn raises the signal that stopped it again once it has drained, to end the process
+    # with it; a signal answered by a drained shutdown is a clean exit (status 0) here.
+    settled = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in settled.items():
+            signal.signal(sig, handler)
     if not server.started:
         raise GraphrtError(f"the server did not start on {host}:{port} (is the port in use? "
                            f"see the log above)")
