@@ -102,13 +102,19 @@ class Batcher:
                                     f"({self.max_queue} requests waiting); retry later")
         self.start()
         future: asyncio.Future[Tensors] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(inputs, self.model.batch_size(inputs),
-                                    self.model.signature(inputs), future))
+        pending = _Pending(inputs, self.model.batch_size(inputs), self.model.signature(inputs),
+                           future)
+        self._queue.append(pending)
         self.metrics.queue_depth.labels(self.model.name).set(len(self._queue))
         self._arrival.set()
         try:
             return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as err:
+            if pending in self._queue:  # it never ran: its place goes to the next request
+                self._queue.remove(pending)
+                self.metrics.queue_depth.labels(self.model.name).set(len(self._queue))
+            if isinstance(err, asyncio.CancelledError):
+                raise
             raise RequestError(504, f"model {self.model.name!r}: no result within the "
                                     f"request's timeout of {timeout_s:g} s") from None
 

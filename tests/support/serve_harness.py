@@ -220,11 +220,47 @@ def infer_json(server: ServerProcess, model: str, inputs: Mapping[str, np.ndarra
                    {"content-type": "application/json"})
 
 
+def binary_body(inputs: Mapping[str, np.ndarray[Any, Any]], **extra: Any
+                ) -> tuple[bytes, dict[str, str]]:
+    """An infer request body with every input in the binary tensor extension, and its
+    headers; outputs are asked for as binary too."""
+    from graphrt.serve.datatypes import DATATYPES
+
+    tensors = [{"name": name, "datatype": DATATYPES[str(value.dtype)],
+                "shape": list(value.shape), "parameters": {"binary_data_size": value.nbytes}}
+               for name, value in inputs.items()]
+    header = orjson.dumps({"inputs": tensors, "parameters": {"binary_data_output": True},
+                           **extra})
+    return header + b"".join(value.tobytes() for value in inputs.values()), {
+        "inference-header-content-length": str(len(header)),
+        "content-type": "application/octet-stream"}
+
+
+def infer_binary(server: ServerProcess, model: str,
+                 inputs: Mapping[str, np.ndarray[Any, Any]], **extra: Any) -> Reply:
+    """An infer request with binary inputs and outputs."""
+    body, headers = binary_body(inputs, **extra)
+    return request(server, "POST", f"/v2/models/{model}/infer", body, headers)
+
+
 def outputs_of(reply: Reply) -> dict[str, np.ndarray[Any, Any]]:
-    """A JSON infer response's outputs as arrays."""
-    body = reply.json()
-    return {out["name"]: np.asarray(out["data"]).reshape(out["shape"])
-            for out in body["outputs"]}
+    """An infer response's outputs as arrays (JSON data or binary, float32 for JSON FP32)."""
+    from graphrt.serve.datatypes import graphrt_dtype
+
+    length = reply.headers.get("inference-header-content-length")
+    body = orjson.loads(reply.body if length is None else reply.body[:int(length)])
+    offset = 0 if length is None else int(length)
+    found = {}
+    for out in body["outputs"]:
+        dtype = np.dtype(graphrt_dtype(out["datatype"]))
+        size = out.get("parameters", {}).get("binary_data_size")
+        if size is None:
+            found[out["name"]] = np.asarray(out["data"], dtype).reshape(out["shape"])
+        else:
+            found[out["name"]] = np.frombuffer(reply.body[offset:offset + size], dtype
+                                               ).reshape(out["shape"])
+            offset += size
+    return found
 
 
 def expected(models: Mapping[str, Any], name: str,
