@@ -31,6 +31,7 @@ from .errors import (
     InputError,
     KernelNotFoundError,
     PlacementError,
+    RequestError,
 )
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ __all__ = [
     "Library",
     "MemoryReport",
     "PlacementError",
+    "RequestError",
     "TransferLog",
     "TransferStats",
     "__version__",

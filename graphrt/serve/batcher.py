@@ -8,8 +8,9 @@ runs on a worker thread (its own run context; the event loop never computes), an
 gets its own slice of the outputs. While every worker is busy, requests queue, so batches form
 under load even with no delay.
 
-If a stacked batch is refused as input (a shape variable bound two ways, say), its requests
-run one by one, so that only the request at fault gets the error. The queue is bounded: a
+If a stacked batch is refused as input (a shape variable bound two ways, say) or a kernel
+raises on it (an index out of range), its requests run one by one, so that only the request at
+fault gets the error. The queue is bounded: a
 request beyond ``max_queue`` is answered 503 at once.
 
 Example:
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, RequestError
+from ..errors import ExecutionError, InputError, RequestError
 from .metrics import Metrics
 from .models import ServedModel, Tensors
 
@@ -216,7 +217,7 @@ class Batcher:
                  ) -> list[Tensors | BaseException]:
         try:
             return list(self.model.run_stacked(requests))
-        except InputError:
+        except (InputError, ExecutionError):
             if len(requests) == 1:
                 raise
         outcomes: list[Tensors | BaseException] = []
