@@ -20,7 +20,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import graphrt  # noqa: E402
-from graphrt.serve import Batcher, BatchAxis, Server, load_model  # noqa: E402
+from graphrt.serve import BatchAxis, Batcher, Server, load_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,8 +60,10 @@ def _submit_all(batcher: Batcher, requests: list[dict[str, Any]]) -> list[Any]:
 
 def _runs(batcher: Batcher) -> list[float]:
     """(samples, runs) of the model's batch-size histogram."""
-    samples = batcher.metrics.batch_size.labels(batcher.model.name)
-    return [samples._sum.get(), sum(b.get() for b in samples._buckets)]  # noqa: SLF001
+    labels = {"model": batcher.model.name}
+    read = batcher.metrics.registry.get_sample_value
+    return [read("graphrt_batch_size_sum", labels) or 0.0,
+            read("graphrt_batch_size_count", labels) or 0.0]
 
 
 def test_requests_that_wait_together_run_once(two_dims: Any) -> None:
