@@ -15,6 +15,7 @@ Usage::
     python examples/onnx/models.py resnet18 -o resnet18.onnx [--batch 1]
     python examples/onnx/models.py mobilenet_v2 -o mobilenet_v2.onnx
     python examples/onnx/models.py bert -o bert.onnx [--seq 128 --layers 4 --symbolic]
+    python examples/onnx/models.py mlp -o mlp.onnx [--width 1024 --layers 4 --symbolic]
 """
 
 from __future__ import annotations
@@ -530,7 +531,7 @@ def check(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.nd
 
 BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
-    "bert": bert_encoder}
+    "bert": bert_encoder, "mlp": mlp}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -548,6 +549,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--width", type=int, default=1024, help="the MLP's width")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check", action="store_true",
                         help="run onnx.checker and ONNX Runtime on the model before writing")
@@ -559,6 +561,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.model == "bert":
         model = bert_encoder(seq=args.seq, layers=args.layers, hidden=args.hidden,
                              heads=args.heads, **common)
+    elif args.model == "mlp":
+        model = mlp(batch="batch" if args.symbolic else args.batch, width=args.width,
+                    layers=args.layers, seed=args.seed)
     else:
         model = BUILDERS[args.model](image=args.image, **common)
     if args.check:

@@ -6,8 +6,10 @@ JSON blocks must parse. ``graphrt ...`` lines of shell blocks run through the CL
 are a synopsis (they name placeholders such as ``GRAPH_OR_BUNDLE``) or pipe into another
 tool; a ``cuda`` device becomes ``sim`` unless ``GRAPHRT_GPU=1``. A shell block that makes
 its own input with ``python examples/...`` is a session: its python and graphrt lines run in
-order in one scratch directory. The set-up and benchmark commands are what CI and
-``benchmarks/`` run.
+order in one scratch directory. A shell block that starts ``graphrt serve ... &`` is a
+serving session: the server starts on a free port (in place of the block's), its ``curl`` lines
+run against it in order, and ``kill %1`` must stop it cleanly. The set-up and benchmark
+commands are what CI and ``benchmarks/`` run.
 """
 
 from __future__ import annotations
@@ -86,10 +88,15 @@ def _is_session(code: str) -> bool:
     return any(_command(line).startswith("python examples/") for line in code.splitlines())
 
 
+def _is_serving(code: str) -> bool:
+    return any(_command(line).startswith("graphrt serve ") and _command(line).endswith("&")
+               for line in code.splitlines())
+
+
 def cli_lines() -> list[tuple[str, str]]:
     lines = []
     for where, code in blocks("sh"):
-        if _is_session(code):
+        if _is_session(code) or _is_serving(code):
             continue
         for line in code.splitlines():
             command = _command(line)
@@ -110,7 +117,8 @@ def test_cli_line_runs(where: str, command: str, scratch: Path,
     assert main(argv) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("where", "code"), [b for b in blocks("sh") if _is_session(b[1])],
+@pytest.mark.parametrize(("where", "code"), [b for b in blocks("sh") if _is_session(b[1])
+                                             and not _is_serving(b[1])],
                          ids=lambda v: v.split("\n")[0])
 def test_session_block_runs(where: str, code: str, scratch: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,3 +133,40 @@ def test_session_block_runs(where: str, code: str, scratch: Path,
             subprocess.run([sys.executable, *shlex.split(command)[1:]], check=True)
         elif command.startswith("graphrt "):
             assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("where", "code"), [b for b in blocks("sh") if _is_serving(b[1])],
+                         ids=lambda v: v.split("\n")[0])
+def test_serving_block_runs(where: str, code: str, scratch: Path) -> None:
+    pytest.importorskip("starlette")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        for line in code.splitlines():
+            command = _command(line)
+            written = re.search(r"--port (\d+)", command)
+            if command.startswith("python "):
+                subprocess.run([sys.executable, *shlex.split(command)[1:]], check=True)
+            elif command.startswith("graphrt serve "):
+                assert written, f"{where}: give the server's --port"
+                argv = shlex.split(command.removesuffix("&").replace(written.group(1), port))
+                server = subprocess.Popen([sys.executable, "-m", "graphrt", *argv[1:]])
+                block_port = written.group(1)
+            elif command.startswith("curl "):
+                argv = shlex.split(command.replace(f":{block_port}", f":{port}"))
+                done = subprocess.run(argv, capture_output=True, timeout=120)
+                assert done.returncode == 0, (where, command, done.stderr)
+                assert b'"error"' not in done.stdout, (where, command, done.stdout)
+            elif command == "kill %1":
+                assert server is not None
+                server.terminate()
+                assert server.wait(60) == 0, f"{where}: the server did not stop cleanly"
+                server = None
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
