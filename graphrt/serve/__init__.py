@@ -20,10 +20,11 @@ try:
     from .batcher import Batcher
     from .metrics import Metrics
     from .server import Server, serve
-except ModuleNotFoundError as err:  # pragma: no cover - depends on the installed extras
-    if err.name not in ("starlette", "uvicorn", "prometheus_client", "anyio"):
+except ModuleNotFoundError as err:  # the serve extra is not installed
+    missing = (err.name or "").partition(".")[0]
+    if missing not in ("starlette", "uvicorn", "prometheus_client", "anyio"):
         raise
-    raise GraphrtError(f"graphrt.serve needs {err.name}, which is not installed: "
+    raise GraphrtError(f"graphrt.serve needs {missing}, which is not installed: "
                        f"pip install 'graphrt[serve]'") from err
 from .models import BatchAxis, ServedModel, TensorInfo, load_model
 

@@ -183,3 +183,13 @@ def test_command_line_errors() -> None:
     missing = _cli("no/such/model.grb")
     assert missing.returncode == 1
     assert "BundleError: no model at no/such/model.grb" in missing.stderr
+
+
+def test_without_the_serve_extra_the_import_says_what_to_install() -> None:
+    code = ("import sys; sys.modules['starlette'] = None\n"
+            "try:\n    import graphrt.serve\n"
+            "except Exception as err:\n    print(type(err).__name__, err)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert "GraphrtError graphrt.serve needs starlette" in done.stdout, done
+    assert "pip install 'graphrt[serve]'" in done.stdout
