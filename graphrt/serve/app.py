@@ -8,6 +8,7 @@ Routes (each model route also under ``/v2/models/{name}/versions/1/...``)::
     GET  /v2/models/{name}            model metadata (inputs/outputs; symbolic dims as -1)
     GET  /v2/models/{name}/ready      200 when the model can take requests
     GET  /v2/models/{name}/config     Triton's model configuration (max_batch_size, dims, ...)
+    GET  /v2/models[/{name}]/stats    Triton's statistics (counts and times, runs by batch size)
     POST /v2/models/{name}/infer      inference: JSON tensors or the binary tensor extension
     POST /v2/repository/index         the models and their state
     GET  /metrics                     Prometheus text format
@@ -52,7 +53,8 @@ __all__ = ["EXTENSIONS", "GraphrtApp", "ServerOptions", "create_app"]
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository(index)"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics",
+              "model_repository(index)"]
 """The protocol extensions the server implements (``GET /v2``)."""
 _OFFLOAD_BYTES = 64 * 1024
 """Bodies (and JSON outputs) above this size are decoded (encoded) on a worker thread, so that
@@ -246,6 +248,12 @@ def create_app(models: Sequence[ServedModel], options: ServerOptions | None = No
         return _json([{"name": name, "version": "1", "state": "READY" if state.ready
                        else "UNAVAILABLE"} for name in state.models])
 
+    async def statistics(request: Request) -> Response:
+        names = [state.model(request).name] if "name" in request.path_params else \
+            list(state.models)
+        return _json({"model_stats": [state.metrics.statistics[name].describe(name)
+                                      for name in names]})
+
     async def metrics(request: Request) -> Response:
         body, content_type = state.metrics.exposition()
         return Response(body, media_type=content_type)
@@ -276,9 +284,10 @@ def create_app(models: Sequence[ServedModel], options: ServerOptions | None = No
                 state.metrics.answered(label, status, time.monotonic() - started)
 
     model_routes = [("", model_metadata, "GET"), ("/ready", model_ready, "GET"),
-                    ("/config", model_config, "GET"), ("/infer", infer, "POST")]
+                    ("/config", model_config, "GET"), ("/stats", statistics, "GET"),
+                    ("/infer", infer, "POST")]
     routes = [Route("/v2/health/live", live), Route("/v2/health/ready", ready),
-              Route("/v2", server_metadata),
+              Route("/v2", server_metadata), Route("/v2/models/stats", statistics),
               Route("/v2/repository/index", repository_index, methods=["POST"]),
               Route("/metrics", metrics)]
     for suffix, endpoint, method in model_routes:
@@ -325,17 +334,21 @@ async def _infer(state: GraphrtApp, model: ServedModel, request: Request) -> Res
         raise RequestError(503, "the server is not ready (starting or shutting down)")
     body = await _read_body(request, state.options.max_body_bytes)
     header_length = _header_length(request)
+    started = time.monotonic()
     if len(body) > _OFFLOAD_BYTES:
         decoded = await anyio.to_thread.run_sync(decode_request, model, body, header_length)
     else:
         decoded = decode_request(model, body, header_length)
+    decoding = time.monotonic() - started
     timeouts = [t for t in (decoded.timeout_s, state.options.timeout_s) if t is not None]
     results = await state.batchers[model.name].submit(decoded.inputs,
                                                       min(timeouts) if timeouts else None)
+    started = time.monotonic()
     text_elements = sum(results[o.name].size for o in decoded.outputs if not o.binary)
     if text_elements * 12 > _OFFLOAD_BYTES:
         body, headers = await anyio.to_thread.run_sync(encode_response, model, decoded,
                                                        results)
     else:
         body, headers = encode_response(model, decoded, results)
+    state.metrics.coded(model.name, decoding, time.monotonic() - started)
     return Response(body, 200, headers=headers)

@@ -191,12 +191,7 @@ class Batcher:
         return batch
 
     async def _run(self, batch: list[_Pending]) -> None:
-        name = self.model.name
-        metrics = self.metrics
         started = time.monotonic()
-        for pending in batch:
-            metrics.queue_time.labels(name).observe(started - pending.arrived)
-        metrics.batch_size.labels(name).observe(sum(p.size for p in batch))
         try:
             results = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._execute, [p.inputs for p in batch])
@@ -204,7 +199,8 @@ class Batcher:
             results = [err] * len(batch)
         finally:
             self._slots.release()
-        metrics.compute_time.labels(name).observe(time.monotonic() - started)
+        self.metrics.ran(self.model.name, sum(p.size for p in batch),
+                         [started - p.arrived for p in batch], time.monotonic() - started)
         for pending, result in zip(batch, results, strict=True):
             if pending.future.done():
                 continue

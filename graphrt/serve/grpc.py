@@ -95,6 +95,15 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
                 config=json_format.ParseDict(described, model_config_pb2.ModelConfig()))
         return await _answer(context, config)
 
+    async def ModelStatistics(self, request: Any, context: aio.ServicerContext) -> Any:
+        def statistics() -> Any:
+            names = [self._model(request.name, request.version).name] if request.name else \
+                list(self.state.models)
+            described = {"model_stats": [self.state.metrics.statistics[name].describe(name)
+                                         for name in names]}
+            return json_format.ParseDict(described, service_pb2.ModelStatisticsResponse())
+        return await _answer(context, statistics)
+
     async def RepositoryIndex(self, request: Any, context: aio.ServicerContext) -> Any:
         state = "READY" if self.state.ready else "UNAVAILABLE"
         return service_pb2.RepositoryIndexResponse(models=[
@@ -109,13 +118,16 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
             model = self._model(request.model_name, request.model_version)
             if not self.state.ready:
                 raise RequestError(503, "the server is not ready (starting or shutting down)")
+            decoding = time.monotonic()
             inputs, timeout = _decode(model, request)
+            decoding = time.monotonic() - decoding
             remaining = context.time_remaining()
             timeouts = [t for t in (timeout, self.state.options.timeout_s, remaining)
                         if t is not None]
             outputs = requested_outputs(model, [o.name for o in request.outputs], True)
             results = await self.state.batchers[model.name].submit(
                 inputs, min(timeouts) if timeouts else None)
+            encoding = time.monotonic()
             response = service_pb2.ModelInferResponse(model_name=model.name, model_version="1",
                                                       id=request.id)
             for output in outputs:
@@ -125,6 +137,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: 
                                      shape=list(value.shape))
                 response.raw_output_contents.append(
                     value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes())
+            self.state.metrics.coded(model.name, decoding, time.monotonic() - encoding)
             status = 200
             return response
         except RequestError as err:

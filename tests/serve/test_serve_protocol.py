@@ -14,6 +14,7 @@ pytest.importorskip("onnx")
 httpclient = pytest.importorskip("tritonclient.http")
 from serve_harness import (  # noqa: E402
     BOUND,
+    ROOT,
     SERVED,
     ServerProcess,
     infer_json,
@@ -188,3 +189,35 @@ def test_metrics_count_requests_errors_latency_and_batches(server: ServerProcess
                  'graphrt_batch_size_bucket{le="1.0",model="dense"}',
                  'graphrt_queue_depth{model="dense"}'):
         assert line in text, line
+
+
+def test_statistics_in_tritons_terms(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.url)
+    inputs = sample_inputs("resnet", np.random.default_rng(6), batch=2)
+    client.infer("resnet", _http_inputs(inputs, True))
+    (stats,) = client.get_inference_statistics("resnet")["model_stats"]
+    assert stats["name"] == "resnet" and stats["version"] == "1"
+    assert stats["inference_count"] >= 2 and stats["execution_count"] >= 1
+    assert stats["inference_stats"]["success"]["count"] >= 1
+    assert stats["inference_stats"]["compute_infer"]["ns"] > 0
+    assert {"batch_size", "compute_infer"} <= set(stats["batch_stats"][0])
+    every = client.get_inference_statistics()["model_stats"]
+    assert [s["name"] for s in every] == list(SERVED)
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    over_grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    assert over_grpc.get_inference_statistics("resnet").model_stats[0].inference_count >= 2
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("name", ["mlp", "encoder", "resnet"])
+def test_a_script_written_for_triton_runs_unchanged(server: ServerProcess, protocol: str,
+                                                    name: str) -> None:
+    import subprocess
+    import sys
+
+    port = server.grpc_port if protocol == "grpc" else server.port
+    done = subprocess.run([sys.executable, str(ROOT / "examples/serve/triton_client.py"),
+                           "-u", f"127.0.0.1:{port}", "-i", protocol, "-m", name],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith("PASS")
