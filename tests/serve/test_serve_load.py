@@ -82,7 +82,7 @@ def test_a_full_queue_is_503_and_the_server_goes_on(tight: ServerProcess,
     replies = threads_each(12, lambda i: infer_binary(tight, "slow", x))
     statuses = sorted(reply.status for reply in replies)
     assert set(statuses) == {200, 503}, statuses
-    assert statuses.count(200) >= 3  # one running and two queued, at the least
+    assert statuses.count(200) >= 2  # the queue's two, at the least
     full = next(reply for reply in replies if reply.status == 503)
     assert "the queue is full (2 requests waiting); retry later" in full.error
     want = local["slow"].run(x)["output"]
@@ -96,9 +96,9 @@ def test_a_full_queue_is_503_and_the_server_goes_on(tight: ServerProcess,
 def test_a_request_past_its_timeout_is_504(tight: ServerProcess) -> None:
     x = sample_inputs("slow", np.random.default_rng(2))
 
-    replies = threads_each(3, lambda i: infer_binary(
+    replies = threads_each(2, lambda i: infer_binary(  # two: the queue holds both
         tight, "slow", x, parameters={"timeout": 1000}))  # microseconds
-    assert [reply.status for reply in replies] == [504] * 3
+    assert [reply.status for reply in replies] == [504] * 2
     assert "no result within the request's timeout of 0.001 s" in replies[0].error
     assert infer_binary(tight, "slow", x).status == 200
 
