@@ -9,7 +9,11 @@ it costs ResNet-18).
 
 The limit is set through threadpoolctl's controllers of the loaded BLAS libraries (two
 ctypes calls, a few microseconds); while several holders overlap, the lowest limit holds, and
-the original count comes back when the last one leaves.
+the original count comes back when the last one leaves. The count is the process's (OpenBLAS
+built on pthreads has one pool), set from whichever thread holds: threadpoolctl 3.8 lets only
+the first thread that ever set it change it and silently ignores the others, which left every
+run on a worker thread (a server's, a ThreadPoolExecutor's) with BLAS at full width, 1.7x
+slower on ResNet-18; the holders here are counted under one lock instead.
 
 Example:
     >>> with blas_held(1):
@@ -55,14 +59,21 @@ class _Hold:
             if threads < self._limit:
                 self._limit = threads
                 for lib in libraries:
-                    lib.set_num_threads(threads)
+                    _set_threads(lib, threads)
 
     def exit(self) -> None:
         with self._lock:
             self._holders -= 1
             if self._holders == 0:
                 for lib, count in zip(self._blas(), self._original, strict=True):
-                    lib.set_num_threads(count)
+                    _set_threads(lib, count)
+
+
+def _set_threads(lib: Any, count: int) -> None:
+    """Set a BLAS library's thread count from any thread (threadpoolctl's public setter obeys
+    only the first thread that used it, where the pool is process-wide)."""
+    setter = getattr(lib, "_real_set_num_threads", None) or lib.set_num_threads
+    setter(count)
 
 
 _HOLD = _Hold()

@@ -1,0 +1,39 @@
+"""``blas_held`` limits BLAS's threads from any thread: the first thread that ever set the count
+(the main thread, warming a model up) must not be the only one whose limit counts."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from graphrt.kernels.cpu.blas_threads import blas_held
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+
+def _counts() -> list[int]:
+    controller = threadpoolctl.ThreadpoolController().select(user_api="blas")
+    return [lib.get_num_threads() for lib in controller.lib_controllers]
+
+
+def test_a_worker_thread_holds_blas_down_after_the_main_thread_did() -> None:
+    original = _counts()
+    if not original or max(original) < 2:
+        pytest.skip("BLAS runs one thread here: there is nothing to hold down")
+    with blas_held(1):  # the main thread sets the count first, as a warm-up run does
+        assert _counts() == [1] * len(original)
+    assert _counts() == original
+    seen: dict[str, Any] = {}
+
+    def work() -> None:
+        with blas_held(1):
+            seen["inside"] = _counts()
+        seen["after"] = _counts()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert seen["inside"] == [1] * len(original)
+    assert seen["after"] == original
