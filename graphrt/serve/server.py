@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Sequence
 from types import TracebackType
@@ -42,6 +43,17 @@ def _config(models: Sequence[ServedModel], host: str, port: int, grpc_port: int 
                           access_log=False, lifespan="on")
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, with the app marked not ready as soon as shutdown begins (before the
+    requests in flight are drained), so that load balancers stop sending here."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        state = getattr(getattr(self.config.app, "state", None), "graphrt", None)
+        if state is not None:
+            state.ready = False
+        await super().shutdown(sockets)
+
+
 def _ignore(sig: int, frame: object) -> None:
     """A signal handled already (the server drained and stopped)."""
 
@@ -64,7 +76,7 @@ def serve(models: Sequence[ServedModel], *, host: str = "127.0.0.1", port: int =
     Example:
         >>> serve([load_model("examples/bundles/mlp")], port=8000)  # doctest: +SKIP
     """
-    server = uvicorn.Server(_config(models, host, port, grpc_port, options, graceful_s,
+    server = _Uvicorn(_config(models, host, port, grpc_port, options, graceful_s,
                                     log_level))
     # uvicorn raises the signal that stopped it again once it has drained, to end the process
     # with it; a signal answered by a drained shutdown is a clean exit (status 0) here.
@@ -99,7 +111,7 @@ class Server:
                  options: ServerOptions | None = None, graceful_s: float = 30.0,
                  log_level: str = "warning") -> None:
         self.host = host
-        self._server = uvicorn.Server(_config(models, host, port, grpc_port, options,
+        self._server = _Uvicorn(_config(models, host, port, grpc_port, options,
                                               graceful_s, log_level))
         self._thread: threading.Thread | None = None
         self.port = port
