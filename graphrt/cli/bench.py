@@ -16,8 +16,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import sys
 import time
 from statistics import median
@@ -27,7 +25,7 @@ import numpy as np
 
 from ..executor import GraphModule
 from ..executor.benchmark import BenchmarkResult
-from .common import parse_count
+from .common import milliseconds_argument, positive_argument
 from .prepare import add_bundle_arguments, prepare
 from .summary import columns
 
@@ -96,33 +94,14 @@ def host_overhead(module: GraphModule, repeat: int) -> float:
     return max(0.0, median(per_run)) / 1e6
 
 
-_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12}", re.ASCII)
-"""A number of milliseconds in ASCII digits (``float()`` takes any Unicode digit, "inf", "1_0")."""
-
-
-def _positive(text: str) -> int:
-    value = parse_count(text)
-    if not value:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, given {text!r}")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    value = float(text) if _DECIMAL.fullmatch(text) else -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds >= 0, "
-                                         f"given {text!r}")
-    return value
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the bundle arguments and the timing options."""
     add_bundle_arguments(parser)
-    parser.add_argument("--repeat", type=_positive, default=20,
+    parser.add_argument("--repeat", type=positive_argument, default=20,
                         help="samples to take (default: 20)")
-    parser.add_argument("--number", type=_positive, default=None,
+    parser.add_argument("--number", type=positive_argument, default=None,
                         help="runs per sample (default: enough for --min-repeat-ms)")
-    parser.add_argument("--min-repeat-ms", type=_milliseconds, default=50.0,
+    parser.add_argument("--min-repeat-ms", type=milliseconds_argument, default=50.0,
                         help="the shortest a sample may last when --number is not given "
                              "(default: 50)")
     parser.add_argument("--end-to-end", action="store_true",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -91,6 +92,37 @@ def parse_count(text: str) -> int | None:
         (12, None, None, None)
     """
     return int(text) if _COUNT.fullmatch(text) else None
+
+
+_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12}", re.ASCII)
+"""A number of milliseconds in ASCII digits (``float()`` takes any Unicode digit, "inf", "1_0")."""
+
+
+def positive_argument(text: str) -> int:
+    """argparse type of a count that must be at least 1.
+
+    Example:
+        >>> positive_argument("3")
+        3
+    """
+    value = parse_count(text)
+    if not value:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, given {text!r}")
+    return value
+
+
+def milliseconds_argument(text: str) -> float:
+    """argparse type of a duration in milliseconds (ASCII digits, finite, >= 0).
+
+    Example:
+        >>> milliseconds_argument("2.5")
+        2.5
+    """
+    value = float(text) if _DECIMAL.fullmatch(text) else -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds >= 0, "
+                                         f"given {text!r}")
+    return value
 
 
 def read_npy(path: str, label: str) -> Array:

@@ -15,34 +15,23 @@ import argparse
 import logging
 import sys
 
-from .common import UsageError, device_argument, pairs_to_dict, parse_count
+from .common import (
+    UsageError,
+    device_argument,
+    milliseconds_argument,
+    pairs_to_dict,
+    parse_count,
+    positive_argument,
+)
 from .convert import dim_bound
 
 __all__ = ["configure", "serve_command"]
-
-
-def _positive(text: str) -> int:
-    value = parse_count(text)
-    if not value:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, given {text!r}")
-    return value
 
 
 def _port(text: str) -> int:
     value = parse_count(text)
     if value is None or value > 65535:
         raise argparse.ArgumentTypeError(f"expected a TCP port (0-65535), given {text!r}")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 60_000:
-        raise argparse.ArgumentTypeError(f"expected milliseconds between 0 and 60000, given "
-                                         f"{text!r}")
     return value
 
 
@@ -61,21 +50,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also serve the protocol's gRPC API on PORT (needs graphrt[grpc])")
     parser.add_argument("--device", type=device_argument, default=None, metavar="KIND[:N]",
                         help="where the models run (default cpu)")
-    parser.add_argument("--max-batch", type=_positive, metavar="N",
+    parser.add_argument("--max-batch", type=positive_argument, metavar="N",
                         help="the most samples one run stacks (default: each model's batch "
                              "bound; 1 turns dynamic batching off)")
-    parser.add_argument("--max-delay-ms", type=_milliseconds, default=0.0, metavar="MS",
+    parser.add_argument("--max-delay-ms", type=milliseconds_argument, default=0.0, metavar="MS",
                         help="how long a batch may wait to fill after its oldest request "
                              "(default 0: it takes what queued while the workers were busy)")
-    parser.add_argument("--workers", type=_positive, default=1, metavar="N",
+    parser.add_argument("--workers", type=positive_argument, default=1, metavar="N",
                         help="runs at once per model, each on its own thread and run context "
                              "(default 1; the kernels already use every core)")
-    parser.add_argument("--max-queue", type=_positive, default=1024, metavar="N",
+    parser.add_argument("--max-queue", type=positive_argument, default=1024, metavar="N",
                         help="requests waiting per model before the server answers 503 "
                              "(default 1024)")
     parser.add_argument("--timeout-s", type=float, default=60.0, metavar="S",
                         help="the longest a request may wait and run, then 504 (default 60)")
-    parser.add_argument("--max-body-mib", type=_positive, default=64, metavar="MIB",
+    parser.add_argument("--max-body-mib", type=positive_argument, default=64, metavar="MIB",
                         help="the largest request body, decompressed (default 64 MiB)")
     parser.add_argument("--dim", action="append", default=[], type=dim_bound,
                         metavar="NAME=BOUND", help="for .onnx models: the largest size of a "

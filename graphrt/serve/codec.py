@@ -230,10 +230,14 @@ def requested_outputs(model: ServedModel, names: Sequence[str], binary: bool
         RequestError: (400) an output the model does not have.
     """
     for name in names:
-        if name not in model.output_names:
-            raise _bad(f"model {describe(model.name)} has no output {describe(name)} (its "
-                       f"outputs: {', '.join(model.output_names)})")
+        _check_output(model, name)
     return tuple(OutputRequest(name, binary) for name in names or model.output_names)
+
+
+def _check_output(model: ServedModel, name: str) -> None:
+    if name not in model.output_names:
+        raise _bad(f"model {describe(model.name)} has no output {describe(name)} (its "
+                   f"outputs: {', '.join(model.output_names)})")
 
 
 def check_tensor(model: ServedModel, name: str, datatype: str, shape: list[int]
@@ -307,9 +311,7 @@ def _outputs(model: ServedModel, header: Mapping[str, Any], binary_default: bool
         if not isinstance(output, dict):
             raise _bad(f"{where} must be an object with a name")
         name = _field(output, "name", str, where, required=True)
-        if name not in model.output_names:
-            raise _bad(f"model {describe(model.name)} has no output {describe(name)} (its "
-                       f"outputs: {', '.join(model.output_names)})")
+        _check_output(model, name)
         params = _field(output, "parameters", dict, f"output {describe(name)}") or {}
         if params.get("classification"):
             raise _bad(f"output {describe(name)}: the classification extension is not "
