@@ -30,7 +30,7 @@ from tests.conftest import EXAMPLES
 DUPLEX = str(EXAMPLES / "duplex.json")
 MLP = str(BUNDLES / "mlp")
 CLI_DIR = ROOT / "graphrt" / "cli"
-COMMAND_NAMES = ["inspect", "validate", "run", "bench", "bundle", "convert"]
+COMMAND_NAMES = ["inspect", "validate", "run", "bench", "bundle", "convert", "serve"]
 ADD_SUB_LIB = {"functions": {
     "elemwise_add": {"inputs": ["a", "b"], "outputs": ["y"],
                      "body": [{"op": "add", "inputs": ["a", "b"], "outputs": ["y"]}]},
