@@ -125,6 +125,21 @@ def milliseconds_argument(text: str) -> float:
     return value
 
 
+def dim_bound(text: str) -> tuple[str, int]:
+    """argparse type of ``--dim NAME=BOUND`` (a symbolic dimension and its largest size).
+
+    Example:
+        >>> dim_bound("batch=64")
+        ('batch', 64)
+    """
+    name, equals, value = text.partition("=")
+    bound = parse_count(value.strip())
+    if not (name.strip() and equals and bound):
+        raise argparse.ArgumentTypeError(f"expected NAME=BOUND (the largest size, a positive "
+                                         f"integer), given {text!r}")
+    return name.strip(), bound
+
+
 def read_npy(path: str, label: str) -> Array:
     """One ``.npy`` array from a regular file, checked before any data is read.
 

@@ -17,19 +17,10 @@ import argparse
 from pathlib import Path
 
 from ..bundle import load_bundle
-from .common import UsageError, pairs_to_dict, parse_count
+from .common import UsageError, dim_bound, pairs_to_dict, parse_count
 from .summary import bundle_lines, columns
 
-__all__ = ["configure", "convert_command", "dim_bound"]
-
-
-def dim_bound(text: str) -> tuple[str, int]:
-    name, equals, value = text.partition("=")
-    bound = parse_count(value.strip())
-    if not (name.strip() and equals and bound):
-        raise argparse.ArgumentTypeError(f"expected NAME=BOUND (the largest size, a positive "
-                                         f"integer), given {text!r}")
-    return name.strip(), bound
+__all__ = ["configure", "convert_command"]
 
 
 def _input_shape(text: str) -> tuple[str, list[int]]:

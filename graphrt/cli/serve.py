@@ -5,8 +5,11 @@ start-up, with ``--dim NAME=BOUND`` for its symbolic dimensions). Clients writte
 KServe (``tritonclient``, KServe's SDK, curl) call it unchanged. Needs ``graphrt[serve]``.
 
 Example:
-    >>> from graphrt.cli import main
-    >>> main(["serve", "examples/bundles/mlp", "--port", "8000"])  # doctest: +SKIP
+    >>> parser = argparse.ArgumentParser()
+    >>> configure(parser)
+    >>> args = parser.parse_args(["examples/bundles/mlp", "--max-batch", "32"])
+    >>> args.port, args.max_batch, args.max_delay_ms
+    (8000, 32, 0.0)
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import sys
 from .common import (
     UsageError,
     device_argument,
+    dim_bound,
     milliseconds_argument,
     pairs_to_dict,
     parse_count,
     positive_argument,
 )
-from .convert import dim_bound
 
 __all__ = ["configure", "serve_command"]
 
