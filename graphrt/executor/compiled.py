@@ -11,7 +11,7 @@ run's memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
@@ -36,6 +36,7 @@ from .param_store import ParamStore
 from .shapes import ShapePlan
 from .steps import AliasGroups
 from .transfers import TransferLog, tally
+from .workspace_bounds import widest_scratch
 
 __all__ = ["CompiledGraph", "NodeProgram", "compile_graph", "run_calls", "scratch_needs"]
 
@@ -295,6 +296,7 @@ def _programs(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[NodeProgra
     programs: list[NodeProgram] = []
     missing: dict[str, str] = {}
     chains: dict[str, KernelChain] = {}
+    swept: dict[str, dict[Hashable, list[int]]] = {}  # scratch sizes, per device kind
     for node in graph.nodes:
         if node.op == "null" or node.func_name == NOP:
             continue
@@ -318,10 +320,11 @@ def _programs(graph: Graph, plan: StoragePlan, lib: Library) -> tuple[NodeProgra
             kernels = chains.get(dev.kind)
             if kernels is None:  # one chain per device kind of this graph
                 kernels = chains[dev.kind] = chain(dev.kind, backend.xp)
-            lowering = found.lower(
+            lowering = widest_scratch(graph, node, found.lower(
                 _types(graph, node.inputs, node.flatten_data),
                 _types(graph, node.outputs, node.flatten_data), kernels=kernels,
-                where=node.label, fuse=True, dynamic=_is_dynamic(graph, node))
+                where=node.label, fuse=True, dynamic=_is_dynamic(graph, node)),
+                swept.setdefault(dev.kind, {}))
             kernel = lowering.calls[0].kernel if lowering.direct else run_calls
             programs.append(NodeProgram(node.nid, eids, node.flatten_data,
                                         backend.bind_kernel(kernel), lowering))

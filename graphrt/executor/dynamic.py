@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..devices import Array, Device, allocate_host, backend_for, copier, cpu
-from ..errors import ExecutionError, InputError
+from ..errors import ExecutionError, GraphrtError, InputError
 from ..lib import TensorType
 from .compiled import CompiledGraph
 from .shapes import ShapeNode
@@ -174,7 +174,7 @@ class DynamicRunner:
             try:
                 self._apply(0)
                 self.table.flush()  # the steps rebinding deferred, at this run's shapes
-            except (InputError, ExecutionError):
+            except GraphrtError:  # the input's own errors, or graphrt's planning failing
                 raise
             except Exception as err:
                 raise InputError(f"the inputs' shapes do not fit the graph: {err}") from err

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..devices import Array, Backend
-from ..lib import Lowering, OpError, TensorType
+from ..errors import GraphrtError
+from ..lib import Lowering, TensorType
 from ..schema import NOP, Graph
 
 __all__ = ["AliasGroups", "FixedRecipe", "KernelRecipe", "LoweredRecipe", "Step", "StepRecipe",
@@ -127,10 +128,12 @@ class LoweredRecipe:
         views = []
         for name_index, (region, tensor) in enumerate(zip(self._regions, types, strict=True)):
             nbytes = int(np.prod(tensor.shape)) * np.dtype(tensor.dtype).itemsize
-            if nbytes > region.nbytes:
-                raise OpError(f"{self._where}: intermediate {name_index} needs {nbytes} bytes "
-                              f"at shape {list(tensor.shape)}, more than the {region.nbytes} "
-                              "planned at the graph's bounds")
+            if nbytes > region.nbytes:  # create() sized it for every admissible shape
+                raise GraphrtError(f"{self._where}: intermediate {name_index} needs {nbytes} "
+                                   f"bytes at shape {list(tensor.shape)}, more than the "
+                                   f"{region.nbytes} graphrt planned for it; the inputs are "
+                                   f"within the graph's bounds, so this is graphrt's planning "
+                                   f"failing (please report it)")
             views.append(self._view(region, tensor))
         return tuple(views)
 
