@@ -58,10 +58,16 @@ def _show(t: TensorType) -> str:
     return f"{t.dtype}{list(t.shape)}"
 
 
+def _single(t: TensorType) -> bool:
+    """One value: a scalar or a one-element vector (ONNX Runtime's quantizer writes a scalar
+    zero point beside a [1] scale for a bias)."""
+    return t.ndim <= 1 and int(np.prod(t.shape, dtype=np.int64)) == 1
+
+
 def _check_params(x: TensorType, scale: TensorType, zero: TensorType | None, axis: int,
                   block_size: int) -> None:
     """Refuse a scale (and zero point) shape that is none of per tensor, per axis, blocked."""
-    if zero is not None and zero.shape != scale.shape:
+    if zero is not None and zero.shape != scale.shape and not (_single(zero) and _single(scale)):
         raise OpError(f"the zero point {_show(zero)} must have the scale's shape "
                       f"{list(scale.shape)}")
     if scale.dtype not in _FLOATS:

@@ -416,6 +416,17 @@ def test_dequantize_per_tensor(opset: int, dtype: str) -> None:
                      opset), {"q": q})
 
 
+@pytest.mark.parametrize(("scale_shape", "zero_shape"), [((1,), ()), ((), (1,))])
+def test_dequantize_one_value_scale_and_zero_point_of_other_ranks(
+        scale_shape: tuple[int, ...], zero_shape: tuple[int, ...]) -> None:
+    # ONNX Runtime's static quantizer writes a bias's int32 zero point as a scalar beside a
+    # [1] scale: both are one value, per tensor
+    q = RNG.integers(-1000, 1000, 12).astype(np.int32)
+    scale = np.full(scale_shape, 0.125, np.float32)
+    zp = np.zeros(zero_shape, np.int32)
+    check(make_model("DequantizeLinear", {"q": q}, {"s": scale, "zp": zp}, 13), {"q": q})
+
+
 def test_dequantize_float16_scale_gives_float16() -> None:
     q = RNG.integers(0, 256, 10).astype(np.uint8)
     model = make_model("DequantizeLinear", {"q": q}, {"s": np.array(0.5, np.float16)}, 19)
@@ -515,3 +526,44 @@ def test_shape_functions_refuse(name: str, inputs: list[np.ndarray], attrs: dict
                                 match: str) -> None:
     with pytest.raises(OpError, match=match):
         run_op(name, inputs, attrs)
+
+
+def test_a_model_from_onnx_runtimes_static_quantizer(tmp_path: Any) -> None:
+    """QDQ as ONNX Runtime's quantize_static writes it (int32 biases with a scalar zero point
+    beside a [1] scale), converted and run on cpu and sim, equal to ONNX Runtime."""
+    import sys
+    from pathlib import Path
+
+    import onnx
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    from ort_compat import for_ort
+
+    examples = str(Path(__file__).resolve().parents[2] / "examples" / "onnx")
+    sys.path.insert(0, examples)
+    try:
+        import models
+    finally:
+        sys.path.remove(examples)
+    rng = np.random.default_rng(0)
+    source, target = tmp_path / "model.onnx", tmp_path / "qdq.onnx"
+    onnx.save(for_ort(models.resnet18(image=32, classes=10, width=8)), source)
+
+    class Reader(quantization.CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.items = iter([{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+                               for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    quantization.quantize_static(str(source), str(target), Reader(),
+                                 quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    model = onnx.load(str(target))
+    assert any(node.op_type == "DequantizeLinear" for node in model.graph.node)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    (want,) = run_ort(model, {"input": x})
+    for device in (graphrt.cpu(0), graphrt.sim(0)):
+        (got,) = run_graphrt(model, {"input": x}, device)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
