@@ -3,9 +3,9 @@ its interface in the protocol's terms, the checks a request's tensors must pass,
 requests can be stacked along a batch dimension.
 
 Example:
-    >>> model = load_model("examples/bundles/mlp")  # doctest: +SKIP
-    >>> model.name, model.batch
-    ('mlp', None)
+    >>> model = load_model("examples/bundles/mlp")
+    >>> model.name, model.batch, [info.describe() for info in model.inputs]
+    ('mlp', None, [{'name': 'x', 'datatype': 'FP32', 'shape': [8, 64]}])
 """
 
 from __future__ import annotations

@@ -335,7 +335,7 @@ def run(models: ModelSource | Sequence[ModelSource], *,
 
     Example:
         >>> url = run("examples/bundles/mlp", num_replicas=2, port=8000)  # doctest: +SKIP
-        >>> url
+        >>> url  # doctest: +SKIP
         'http://127.0.0.1:8000'
     """
     where = "graphrt.serve.ray.run"
@@ -407,7 +407,8 @@ class Predictor:
         BundleError, ConversionError: the model does not load.
 
     Example:
-        >>> ds = ray.data.from_items([{"id": i, "input": x[i]} for i in range(200)])
+        >>> ds = ray.data.from_items(  # doctest: +SKIP
+        ...     [{"id": i, "input": x[i]} for i in range(200)])
         >>> out = ds.map_batches(  # doctest: +SKIP
         ...     Predictor, fn_constructor_kwargs={"model": "/models/mlp.onnx",
         ...                                       "dim_bounds": {"batch": 64},
