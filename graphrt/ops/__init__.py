@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (registration)
     normalization,
     pooling,
     quantize,
+    recurrent,
     reductions,
     resize,
     transform,

@@ -63,8 +63,6 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
         "ai.onnx.ml.TreeEnsemble", "ai.onnx.ml.ArrayFeatureExtractor", "ai.onnx.ml.Binarizer",
         "ai.onnx.ml.LabelEncoder"),
     "the ai.onnx.preview domain (experimental ops)": ("ai.onnx.preview.FlexAttention",),
-    "recurrent layers (RNN, GRU, LSTM): a loop over time steps, not in the op set": (
-        "RNN", "GRU", "LSTM"),
 }
 EXCLUDED_OPS = {op: reason for reason, ops in _FAMILIES.items() for op in ops}
 

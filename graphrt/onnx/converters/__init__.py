@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (registration)
     gradient,
     nn,
     quant,
+    recurrent,
     reduce,
     resize,
     sequence,
