@@ -1,8 +1,8 @@
 """Standard ops: indexing (used by the ONNX frontend; numpy and cupy).
 
 Ops that select, scatter, repeat or reorder elements by index: ``tile``, ``broadcast_to``,
-``gather_nd``, ``scatter_elements``, ``scatter_nd``, ``cumsum``, ``topk`` (values and int64
-indices), ``one_hot``, ``eye_like``, ``depth_to_space``, ``space_to_depth``,
+``gather_nd``, ``scatter_elements``, ``scatter_nd``, ``cumsum``, ``cumprod``, ``topk`` (values
+and int64 indices), ``one_hot``, ``eye_like``, ``depth_to_space``, ``space_to_depth``,
 ``reverse_sequence`` and ``pad_fill``.
 
 Each is written once against the array namespace ``xp`` and writes its preallocated
@@ -38,6 +38,7 @@ from .transform import _is_integer, _one, _size
 
 __all__ = [
     "BroadcastToAttrs",
+    "CumprodAttrs",
     "CumsumAttrs",
     "DepthToSpaceAttrs",
     "EyeLikeAttrs",
@@ -438,7 +439,7 @@ register_op(OpDef(name="scatter_nd", attrs=ScatterNdAttrs, arity=3, infer=_scatt
 
 
 # ---------------------------------------------------------------------------------------------
-# cumsum
+# cumsum, cumprod
 
 
 class CumsumAttrs(Attrs):
@@ -451,39 +452,71 @@ class CumsumAttrs(Attrs):
     reverse: bool = False
 
 
+class CumprodAttrs(CumsumAttrs):
+    """Cumulative product along ``axis``, as :class:`CumsumAttrs` says for sums: float16 and
+    bfloat16 multiply in float32, ``exclusive`` leaves out each element itself (the first is
+    1), ``reverse`` multiplies from the end."""
+
+
+def _scan_infer(name: str, types: Sequence[TensorType], attrs: CumsumAttrs) -> list[TensorType]:
+    """The type of a cumulative scan (``cumsum``, ``cumprod``): the input's."""
+    _one(types, name, 1)
+    (src,) = types
+    if np.dtype(src.dtype).kind not in "iuf" and src.dtype != "bfloat16":
+        raise OpError(f"{name}: expects a numeric input (an integer or float dtype), given "
+                      f"{src.dtype}")
+    if src.ndim == 0:
+        raise OpError(f"{name}: the input must be at least 1-D, given a 0-D tensor")
+    _axis(name, attrs.axis, src.ndim)
+    return [src]
+
+
+def _scan_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: CumsumAttrs,
+                  function: str, identity: int) -> None:
+    """``xp.<function>`` (``cumsum`` or ``cumprod``) along the axis into the output; an
+    exclusive scan starts from ``identity``."""
+    x, out = inputs[0], outputs[0]
+    if out.size == 0:
+        return
+    scan = getattr(xp, function)
+    axis = normalize_axis(attrs.axis, x.ndim)
+    src = xp.flip(x, axis) if attrs.reverse else x
+    dst = xp.flip(out, axis) if attrs.reverse else out
+    work = accumulator(out.dtype)  # float16 scans in float32, each result rounded once
+    if not attrs.exclusive:
+        dst[...] = scan(src, axis=axis, dtype=work)
+        return
+    n = x.shape[axis]
+    dst[_along(axis, slice(0, 1))] = identity
+    if n > 1:
+        dst[_along(axis, slice(1, None))] = scan(src[_along(axis, slice(0, n - 1))],
+                                                 axis=axis, dtype=work)
+
+
 def _cumsum_infer(types: Sequence[TensorType], attrs: CumsumAttrs,
                   data: Sequence[Any]) -> list[TensorType]:
-    _one(types, "cumsum", 1)
-    (src,) = types
-    if np.dtype(src.dtype).kind not in "iuf":
-        raise OpError(f"cumsum: expects a numeric input, given {src.dtype}")
-    if src.ndim == 0:
-        raise OpError("cumsum: the input must be at least 1-D, given a 0-D tensor")
-    _axis("cumsum", attrs.axis, src.ndim)
-    return [src]
+    return _scan_infer("cumsum", types, attrs)
 
 
 def _cumsum_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                     attrs: CumsumAttrs) -> None:
-    x, out = inputs[0], outputs[0]
-    if out.size == 0:
-        return
-    axis = normalize_axis(attrs.axis, x.ndim)
-    src = xp.flip(x, axis) if attrs.reverse else x
-    dst = xp.flip(out, axis) if attrs.reverse else out
-    work = accumulator(out.dtype)  # float16 sums in float32, each rounded once
-    if not attrs.exclusive:
-        dst[...] = xp.cumsum(src, axis=axis, dtype=work)
-        return
-    n = x.shape[axis]
-    dst[_along(axis, slice(0, 1))] = 0
-    if n > 1:
-        dst[_along(axis, slice(1, None))] = xp.cumsum(src[_along(axis, slice(0, n - 1))],
-                                                      axis=axis, dtype=work)
+    _scan_compute(xp, inputs, outputs, attrs, "cumsum", 0)
+
+
+def _cumprod_infer(types: Sequence[TensorType], attrs: CumprodAttrs,
+                   data: Sequence[Any]) -> list[TensorType]:
+    return _scan_infer("cumprod", types, attrs)
+
+
+def _cumprod_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                     attrs: CumprodAttrs) -> None:
+    _scan_compute(xp, inputs, outputs, attrs, "cumprod", 1)
 
 
 register_op(OpDef(name="cumsum", attrs=CumsumAttrs, arity=1, infer=_cumsum_infer,
                   compute=_cumsum_compute))
+register_op(OpDef(name="cumprod", attrs=CumprodAttrs, arity=1, infer=_cumprod_infer,
+                  compute=_cumprod_compute))
 
 
 # ---------------------------------------------------------------------------------------------

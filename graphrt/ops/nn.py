@@ -1,4 +1,4 @@
-"""Standard ops: nn (dense and matmul, convolutions, pooling, normalization, resize).
+"""Standard ops: nn (dense and matmul, det, convolutions, pooling, normalization, resize).
 
 Every op here is written once against the array namespace ``xp`` (numpy on cpu and sim, cupy on
 cuda) and only uses what numpy and cupy share with the same meaning: ufuncs with ``out=``,
@@ -367,6 +367,28 @@ def _matmul(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Matmu
 
 
 # --------------------------------------------------------------------------------------------
+# det
+
+
+def _infer_det(types: Sequence[TensorType], attrs: NoAttrs, data: Sequence[Any]
+               ) -> list[TensorType]:
+    _arity(types, 1, 1, "data")
+    (x,) = types
+    dtype = _float_dtypes(types, ["data"], _MATMUL_DTYPES)
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise OpError(f"det: data must be square matrices [..., M, M], given {_show(x)}")
+    return [TensorType(x.shape[:-2], dtype)]
+
+
+def _det(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: NoAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    if out.size == 0:
+        return
+    work = accumulator(x.dtype)  # LAPACK (and cuSOLVER) factor float32 and float64 only
+    out[...] = xp.linalg.det(x.astype(work) if x.dtype != work else x)
+
+
+# --------------------------------------------------------------------------------------------
 # conv2d, conv2d_transpose
 
 
@@ -702,6 +724,7 @@ register_op(OpDef(name="matmul", attrs=MatmulAttrs, arity=2, infer=_infer_matmul
                   compute=_matmul))
 register_op(OpDef(name="batch_matmul", attrs=MatmulAttrs, arity=2, infer=_infer_batch_matmul,
                   compute=_matmul))
+register_op(OpDef(name="det", attrs=NoAttrs, arity=1, infer=_infer_det, compute=_det))
 register_op(OpDef(name="conv2d", attrs=Conv2DAttrs, arity=None, infer=_infer_conv2d,
                   compute=_conv2d, workspace=_conv2d_workspace))
 register_op(OpDef(name="conv2d_transpose", attrs=Conv2DTransposeAttrs, arity=None,

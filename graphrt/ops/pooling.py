@@ -13,7 +13,9 @@ window's positions inside the padded input (the ceil-mode overhang does not coun
 
 ``max_pool`` with ``indices`` makes a second output, the flat index (int64) of each maximum in
 the whole input (``((n*C + c) * H + h) * W + w``; column-major over the spatial axes with
-``column_major``); ties keep the first position in row-major window order.
+``column_major``); ties keep the first position in row-major window order. ``max_unpool``
+inverts it in part: zeros with each value written at its flat index (see
+:class:`MaxUnpoolAttrs`).
 
 The windows are separable: :func:`window_reduce` reduces one spatial axis at a time (outer
 axes first, whose strided rows stay contiguous inside), ``kernel - 1`` vectorized maxima or sums
@@ -41,8 +43,8 @@ from .base import (
 )
 from .convolution import Window, per_axis, show, window_range
 
-__all__ = ["AvgPoolAttrs", "AxisWindow", "LpPoolAttrs", "MaxPoolAttrs", "PoolAttrs",
-           "axis_windows", "window_reduce"]
+__all__ = ["AvgPoolAttrs", "AxisWindow", "LpPoolAttrs", "MaxPoolAttrs", "MaxUnpoolAttrs",
+           "PoolAttrs", "axis_windows", "window_reduce"]
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -368,9 +370,99 @@ def _lp_pool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         out[...] = acc
 
 
+# --------------------------------------------------------------------------------------------
+# max_unpool
+
+
+class MaxUnpoolAttrs(Attrs):
+    """``max_unpool`` (ONNX ``MaxUnpool``): the window of the ``max_pool`` it inverts (kernel,
+    strides, padding as there) and, optionally, the output's whole shape.
+
+    The unpooled shape is ``[N, C, *spatial]`` with ``spatial = (in - 1) * stride - pad_begin
+    - pad_end + kernel`` per axis; the indices address its elements flat (row-major). An
+    ``output_shape`` (same N and C, each spatial size at least the unpooled one) holds the
+    unpooled tensor at its start and zeros after it, as ONNX's reference does.
+    """
+
+    kernel: list[PosInt]
+    strides: list[PosInt] | None = None
+    padding: list[NonNegInt] | None = None
+    output_shape: list[NonNegInt] | None = None
+
+
+def _unpooled_shape(x: TensorType, attrs: MaxUnpoolAttrs) -> tuple[int, ...]:
+    """``[N, C, *spatial]`` the indices address (before any ``output_shape``)."""
+    rank = x.ndim - 2
+    if rank < 1:
+        raise OpError(f"max_unpool: data must be [N, C, *spatial] with at least one spatial "
+                      f"axis, given {show(x)}")
+    if len(attrs.kernel) != rank:
+        raise OpError(f"max_unpool: kernel {attrs.kernel} needs {rank} values (one per spatial "
+                      f"axis of {show(x)})")
+    strides = per_axis(attrs.strides, rank, 1, "max_unpool: strides")
+    pads = per_axis(attrs.padding, 2 * rank, 0, "max_unpool: padding")
+    sizes = []
+    for a in range(rank):
+        size = ((x.shape[2 + a] - 1) * strides[a] - pads[a] - pads[rank + a]
+                + attrs.kernel[a])
+        if size < 0:
+            raise OpError(f"max_unpool: spatial axis {a} would have size {size} ((in - 1) * "
+                          f"stride - pads + kernel with in {x.shape[2 + a]}, stride "
+                          f"{strides[a]}, pads ({pads[a]}, {pads[rank + a]}), kernel "
+                          f"{attrs.kernel[a]}): the padding is too large")
+        sizes.append(size)
+    return (*x.shape[:2], *sizes)
+
+
+def _infer_max_unpool(types: Sequence[TensorType], attrs: MaxUnpoolAttrs, data: Sequence[Any]
+                      ) -> list[TensorType]:
+    if len(types) != 2:
+        raise OpError(f"max_unpool: expected 2 inputs (data, indices), given {len(types)}")
+    x, indices = types
+    if x.dtype not in _FLOATS:
+        raise OpError(f"max_unpool: data must be one of {', '.join(_FLOATS)}, given {x.dtype}")
+    if indices.dtype != "int64":
+        raise OpError(f"max_unpool: indices must be int64, given {indices.dtype}")
+    if indices.shape != x.shape:
+        raise OpError(f"max_unpool: indices must have the shape of data, given data {show(x)} "
+                      f"and indices {show(indices)}")
+    unpooled = _unpooled_shape(x, attrs)
+    if attrs.output_shape is None:
+        return [TensorType(unpooled, x.dtype)]
+    given = tuple(attrs.output_shape)
+    if (len(given) != len(unpooled) or given[:2] != unpooled[:2]
+            or any(g < u for g, u in zip(given, unpooled, strict=True))):
+        raise OpError(f"max_unpool: output_shape {list(given)} must be {len(unpooled)} sizes, "
+                      f"N and C as data's and each spatial size at least the unpooled "
+                      f"{list(unpooled)}")
+    return [TensorType(given, x.dtype)]
+
+
+def _max_unpool(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                attrs: MaxUnpoolAttrs) -> None:
+    x, indices, out = inputs[0], inputs[1], outputs[0]
+    out[...] = 0
+    if x.size == 0 or out.size == 0:
+        return
+    unpooled = _unpooled_shape(TensorType(x.shape, str(x.dtype)), attrs)
+    total = prod(unpooled)
+    flat = indices.reshape(-1)
+    low, high = int(flat.min()), int(flat.max())
+    if low < 0 or high >= total:
+        raise OpError(f"max_unpool: indices must lie in [0, {total}) (flat positions in the "
+                      f"unpooled {list(unpooled)}), given values in [{low}, {high}]")
+    whole = tuple(out.shape) == unpooled and out.flags.c_contiguous
+    target = out if whole else xp.zeros_like(out, shape=unpooled)
+    target.reshape(-1)[flat] = x.reshape(-1)  # a repeated index keeps the last value
+    if not whole:
+        out[tuple(slice(0, d) for d in unpooled)] = target
+
+
 register_op(OpDef(name="max_pool", attrs=MaxPoolAttrs, arity=1, infer=_infer_max_pool,
                   compute=_max_pool, num_outputs=lambda attrs: 2 if attrs.indices else 1))
 register_op(OpDef(name="avg_pool", attrs=AvgPoolAttrs, arity=1, infer=_infer_avg_pool,
                   compute=_avg_pool))
 register_op(OpDef(name="lp_pool", attrs=LpPoolAttrs, arity=1, infer=_infer_lp_pool,
                   compute=_lp_pool))
+register_op(OpDef(name="max_unpool", attrs=MaxUnpoolAttrs, arity=2, infer=_infer_max_unpool,
+                  compute=_max_unpool))

@@ -2,8 +2,9 @@
 
 Every op here moves or selects elements without arithmetic: reshape, transpose, flatten,
 expand_dims, squeeze, concatenate, split, strided_slice, dynamic_strided_slice, take, gather,
-pad and layout_transform. Each writes its preallocated output(s) in one pass where it can
-(``xp.copyto`` from a view of the input, or a write through a view of the output).
+pad, layout_transform and bitcast (the input's bytes read as another dtype). Each writes its
+preallocated output(s) in one pass where it can (``xp.copyto`` from a view of the input, or a
+write through a view of the output).
 
 Only ``dynamic_strided_slice`` is data dependent: its output shape follows the values of its
 begin/end/strides tensors, which ``infer`` receives as host numpy arrays; its compute then
@@ -847,3 +848,52 @@ def _layout_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 
 register_op(OpDef(name="layout_transform", attrs=LayoutTransformAttrs, arity=1,
                   infer=_layout_infer, compute=_layout_compute))
+
+
+# ---------------------------------------------------------------------------------------------
+# bitcast
+
+
+_BITS: dict[str, int] = {
+    "bool": 8, "uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "float16": 16,
+    "bfloat16": 16, "uint32": 32, "int32": 32, "float32": 32, "uint64": 64, "int64": 64,
+    "float64": 64,
+}
+"""Bits of each dtype ``bitcast`` reinterprets (a bool takes a whole byte)."""
+
+
+class BitcastAttrs(Attrs):
+    """``dtype``: the type whose bits the output reads the input's as (ONNX ``BitCast``): the
+    same width as the input's, so the shape stays; no value is converted (a float's bits
+    become an integer's, little-endian in memory as every graphrt device is)."""
+
+    dtype: str
+
+
+def _bitcast_infer(types: Sequence[TensorType], attrs: BitcastAttrs,
+                   data: Sequence[Any]) -> list[TensorType]:
+    _one(types, "bitcast")
+    (src,) = types
+    known = ", ".join(_BITS)
+    if attrs.dtype not in _BITS:
+        raise OpError(f"bitcast: unsupported target dtype {attrs.dtype!r} (expected one of "
+                      f"{known})")
+    if src.dtype not in _BITS:
+        raise OpError(f"bitcast: unsupported input dtype {src.dtype!r} (expected one of "
+                      f"{known})")
+    if _BITS[src.dtype] != _BITS[attrs.dtype]:
+        raise OpError(f"bitcast: the target dtype must have the input's bit width: "
+                      f"{src.dtype} has {_BITS[src.dtype]} bits, {attrs.dtype} has "
+                      f"{_BITS[attrs.dtype]}")
+    return [TensorType(src.shape, attrs.dtype)]
+
+
+def _bitcast_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                     attrs: BitcastAttrs) -> None:
+    x, out = inputs[0], outputs[0]
+    if out.size:
+        xp.copyto(out.view(x.dtype), x)  # the bytes, unchanged: one copy through a view
+
+
+register_op(OpDef(name="bitcast", attrs=BitcastAttrs, arity=1, infer=_bitcast_infer,
+                  compute=_bitcast_compute))

@@ -1,5 +1,5 @@
-"""ONNX converters: convolutions, Gemm/MatMul/Einsum, normalizations, pools, softmax family,
-Flatten and Trilu.
+"""ONNX converters: convolutions, Gemm/MatMul/Einsum/Det, normalizations, pools (and
+MaxUnpool), softmax family, Flatten and Trilu.
 
 2-D float32/float64 convolutions and pools become the 2-D standard ops (``conv2d``,
 ``max_pool2d``, ...), everything else the N-d ones (``conv``, ``max_pool``, ...), which compute
@@ -283,6 +283,21 @@ def einsum(b: Builder, n: OnnxNode) -> list[str]:
     return b.op("einsum", inputs, {"equation": equation})
 
 
+_DET_DTYPES = ("float16", "float32", "float64", "bfloat16")
+
+
+@converter("Det", since=11)
+def det(b: Builder, n: OnnxNode) -> list[str]:
+    """Det: the determinant of each square matrix [..., M, M] (float types)."""
+    x = n.inputs[0]
+    shape, dtype = b.shape(x), b.dtype(x)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise n.fail(f"Det takes square matrices [..., M, M], given shape {list(shape)}")
+    if dtype not in _DET_DTYPES:
+        raise n.fail(f"Det takes {', '.join(_DET_DTYPES)}, given {dtype}")
+    return b.op("det", [x])
+
+
 # --------------------------------------------------------------------------------------------
 # BatchNormalization
 
@@ -533,6 +548,35 @@ def _max_pool(b: Builder, n: OnnxNode) -> list[str]:
 
 
 converter("MaxPool")(_max_pool)
+
+
+@converter("MaxUnpool", since=9)
+def max_unpool(b: Builder, n: OnnxNode) -> list[str]:
+    """MaxUnpool: X's values written at the flat indices I (MaxPool's second output) into
+    zeros of the unpooled shape, held at the start of ``output_shape`` where given."""
+    if len(n.inputs) < 2 or not n.inputs[1]:
+        raise n.fail("the indices input I is required (inputs: X, I[, output_shape])")
+    x, indices = n.inputs[0], n.inputs[1]
+    rank = len(_spatial(b, n, x))
+    if not n.attr("kernel_shape", None):
+        raise n.fail("kernel_shape is required")
+    kernel = _ints(n, "kernel_shape", rank, 0, 1)
+    strides = _ints(n, "strides", rank, 1, 1)
+    pads = _ints(n, "pads", 2 * rank, 0, 0)
+    if b.dtype(indices) != "int64":
+        raise n.fail(f"indices I must be int64, given {b.dtype(indices)}")
+    if b.shape(indices) != b.shape(x):
+        raise n.fail(f"indices I must have X's shape {list(b.shape(x))}, given "
+                     f"{list(b.shape(indices))}")
+    attrs: dict[str, Any] = {"kernel": kernel, "strides": strides, "padding": pads}
+    shape_input = n.input(2)
+    if shape_input is not None:
+        output_shape = const_ints(b, shape_input, "output_shape")
+        if len(output_shape) != rank + 2 or any(d < 0 for d in output_shape):
+            raise n.fail(f"output_shape must be {rank + 2} sizes >= 0 (one per axis of X), "
+                         f"given {output_shape}")
+        attrs["output_shape"] = output_shape
+    return b.op("max_unpool", [x, indices], attrs)
 
 
 @converter("AveragePool")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ...schema.dtypes import parse_dtype
 from ..builder import Builder
 from ..model import OnnxNode, dtype_name
 from ..registry import ConvertFn, converter
@@ -703,21 +704,33 @@ _since([(9, 10), (11, None)], "OneHot", _one_hot)
 
 
 # ---------------------------------------------------------------------------------------------
-# CumSum, TopK
+# CumSum, CumProd, TopK
 
 
-@converter("CumSum", since=11)
-def _cumsum(b: Builder, n: OnnxNode) -> list[str]:
+def _scan(b: Builder, n: OnnxNode, op: str) -> list[str]:
+    """CumSum or CumProd as standard op ``op``: the axis input must be a constant."""
+    if len(n.inputs) < 2 or not n.inputs[1]:
+        raise n.fail("the axis input is required (inputs: x, axis)")
     x = n.inputs[0]
     axis = const_ints(b, n.inputs[1], "axis")
     if len(axis) != 1:
         raise n.fail(f"axis must be one value, given {axis}")
     ndim = len(b.shape(x))
     if ndim == 0:
-        raise n.fail("CumSum of a 0-D tensor is not defined")
-    return b.op("cumsum", [x], {"axis": _axis(n, axis[0], ndim),
-                                "exclusive": _flag(n, "exclusive", 0),
-                                "reverse": _flag(n, "reverse", 0)})
+        raise n.fail(f"{n.op_type} of a 0-D tensor is not defined")
+    return b.op(op, [x], {"axis": _axis(n, axis[0], ndim),
+                          "exclusive": _flag(n, "exclusive", 0),
+                          "reverse": _flag(n, "reverse", 0)})
+
+
+@converter("CumSum", since=11)
+def _cumsum(b: Builder, n: OnnxNode) -> list[str]:
+    return _scan(b, n, "cumsum")
+
+
+@converter("CumProd", since=26)
+def _cumprod(b: Builder, n: OnnxNode) -> list[str]:
+    return _scan(b, n, "cumprod")
 
 
 def _topk(since: int) -> ConvertFn:
@@ -746,3 +759,20 @@ def _topk(since: int) -> ConvertFn:
 
 
 _since([(7, 9), (10, 10), (11, None)], "TopK", _topk)
+
+
+# ---------------------------------------------------------------------------------------------
+# BitCast
+
+
+@converter("BitCast", since=26)
+def _bitcast(b: Builder, n: OnnxNode) -> list[str]:
+    """The input's bytes read as type ``to`` (of the same width: the shape stays)."""
+    x = n.inputs[0]
+    target = dtype_name(int(n.attr("to")), f"{n.label}: attribute 'to'")
+    given = b.dtype(x)
+    size, target_size = parse_dtype(given).itemsize, parse_dtype(target).itemsize
+    if size != target_size:
+        raise n.fail(f"BitCast needs types of one bit width: the input is {given} "
+                     f"({8 * size} bits), 'to' is {target} ({8 * target_size} bits)")
+    return b.op("bitcast", [x], {"dtype": target})
