@@ -36,9 +36,12 @@ class CudaProvider:
     host device."""
 
     CUBLAS = frozenset({"dense", "matmul", "batch_matmul", "conv", "conv2d", "conv_transpose",
-                        "conv2d_transpose", "einsum", "attention", "col2im"})
-    """Ops whose reference multiplies matrices through CuPy, which refuses cuBLAS while a
-    stream captures: they run between the recorded segments of a CUDA graph."""
+                        "conv2d_transpose", "einsum", "attention", "col2im", "rnn", "gru",
+                        "lstm", "det"})
+    """Ops whose reference multiplies matrices (or factors them, ``det``) through CuPy, which
+    refuses cuBLAS and cuSOLVER while a stream captures (the recurrent ops also read their
+    sequence lengths back to the host): they run between the recorded segments of a CUDA
+    graph."""
 
     def supports(self, op: OpDef) -> bool:
         return op.name in _CONVS and cudnn_module() is not None
