@@ -37,7 +37,7 @@ from .models import ServedModel, Tensors
 __all__ = ["Batcher"]
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two requests are never "equal" (their arrays cannot compare)
 class _Pending:
     inputs: Mapping[str, np.ndarray[Any, Any]]
     size: int

@@ -129,6 +129,28 @@ def test_a_full_queue_refuses_at_once(two_dims: Any) -> None:
     assert sum(isinstance(o, dict) for o in outcomes) >= 2
 
 
+def test_a_request_timing_out_in_the_queue_leaves_it(two_dims: Any) -> None:
+    x = {"x": np.ones((1, 2, 8), np.float32)}
+    batcher = Batcher(two_dims, max_batch=1)
+
+    async def main() -> list[Any]:
+        running = asyncio.ensure_future(batcher.submit(x))
+        await asyncio.sleep(0)
+        ahead = asyncio.ensure_future(batcher.submit(dict(x=x["x"].copy())))  # `late` is
+        late = asyncio.ensure_future(batcher.submit(dict(x=x["x"].copy()),  # looked for
+                                                    timeout_s=1e-6))  # past it
+        outcomes = await asyncio.gather(running, late, ahead, return_exceptions=True)
+        assert batcher.queued == 0
+        await batcher.close()
+        return list(outcomes)
+
+    running, late, ahead = asyncio.run(main())
+    assert isinstance(late, graphrt.RequestError) and late.status == 504
+    want = two_dims.run(x)["y"]
+    np.testing.assert_array_equal(running["y"], want)
+    np.testing.assert_array_equal(ahead["y"], want)
+
+
 def test_the_batch_axis_of_a_model(two_dims: Any, model_files: dict[str, Path]) -> None:
     assert two_dims.batch == BatchAxis("batch", 8)
     assert load_model(_two_dims(), max_batch=3, warm_up=False).batch == BatchAxis("batch", 3)

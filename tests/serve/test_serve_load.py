@@ -98,7 +98,7 @@ def test_a_request_past_its_timeout_is_504(tight: ServerProcess) -> None:
 
     replies = threads_each(2, lambda i: infer_binary(  # two: the queue holds both
         tight, "slow", x, parameters={"timeout": 1000}))  # microseconds
-    assert [reply.status for reply in replies] == [504] * 2
+    assert [reply.status for reply in replies] == [504] * 2, [r.body for r in replies]
     assert "no result within the request's timeout of 0.001 s" in replies[0].error
     assert infer_binary(tight, "slow", x).status == 200
 
