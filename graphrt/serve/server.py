@@ -1,9 +1,10 @@
 """Running the app: :func:`serve` in the foreground (``graphrt serve``), :class:`Server` in a
 background thread (a notebook, a test, a benchmark).
 
-Both use uvicorn. On SIGINT/SIGTERM (foreground) or :meth:`Server.stop`, the server stops
-accepting connections, answers ``/v2/health/ready`` with 503, finishes the requests already
-received (up to ``graceful_s``), then stops its workers.
+Both use uvicorn. On SIGINT/SIGTERM (foreground) or :meth:`Server.stop`, the server marks
+itself not ready, stops accepting connections (uvicorn closes idle ones too, so a client sees
+the refusal rather than a 503), finishes the requests already received (up to
+``graceful_s``), then stops its workers.
 
 Example:
     >>> from graphrt.serve import Server, load_model
