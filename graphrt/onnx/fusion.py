@@ -60,7 +60,8 @@ _PATTERNS: dict[str, Pattern] = {
     **dict.fromkeys(
         ["reshape", "transpose", "flatten", "expand_dims", "squeeze", "concatenate", "split",
          "strided_slice", "take", "gather", "pad", "layout_transform", "resize2d", "resize",
-         "tile", "broadcast_to", "reverse", "depth_to_space", "space_to_depth"],
+         "tile", "broadcast_to", "reverse", "depth_to_space", "space_to_depth",
+         "reshape_symbolic", "broadcast_to_symbolic"],
         Pattern.INJECTIVE),
     **dict.fromkeys(
         ["sum", "mean", "max", "min", "prod", "reduce", "argmax", "argmin", "arg_reduce"],

@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (registration)
     recurrent,
     reductions,
     resize,
+    shape_vars,
     transform,
 )
 from .base import (

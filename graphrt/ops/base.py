@@ -237,10 +237,12 @@ def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     ndim = max((len(shape) for shape in shapes), default=0)
     result = []
     for axis in range(-ndim, 0):
-        sizes = {int(shape[axis]) for shape in shapes if len(shape) >= -axis} - {1}
-        if len(sizes) > 1:
+        sizes = [shape[axis] for shape in shapes if len(shape) >= -axis and shape[axis] != 1]
+        if len({int(size) for size in sizes}) > 1:
             raise OpError(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast")
-        result.append(sizes.pop() if sizes else 1)
+        # the caller's own int object (an int subclass that carries more survives)
+        carried = [size for size in sizes if isinstance(size, int) and type(size) is not int]
+        result.append(carried[0] if carried else int(sizes[0]) if sizes else 1)
     return tuple(result)
 
 
