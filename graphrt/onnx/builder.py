@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from ..errors import ConversionError, abridge
 from ..ops import OpError, TensorType, get_op
 from ..schema.dtypes import MAX_NDIM, parse_dtype
+from .symint import SymInt, has_symbols
 
 __all__ = ["Builder", "ConvertedStep", "TensorType"]
 
@@ -90,6 +91,10 @@ class Builder:
     tensor values (its length and element positions are known at conversion)."""
     names: dict[str, str] = field(default_factory=dict)
     """ONNX value name → builder value, for converters whose attributes name values."""
+    shape_values: dict[str, Array] = field(default_factory=dict)
+    """Integer constants computed from symbolic sizes (``Shape`` and what follows it): their
+    elements as :class:`~graphrt.onnx.symint.SymInt` where they follow the variables, so a
+    reshape target built from them keeps its expressions (an object array per constant)."""
     computed_bytes: int = 0
     """Bytes of constants computed so far (counted against :data:`FOLD_BUDGET`)."""
     _count: int = 0
@@ -116,6 +121,10 @@ class Builder:
             raise ConversionError(f"{self.source}: a constant of Python objects is not a tensor")
         key = name or self._fresh("const")
         self.constants[key] = array
+        if has_symbols(value) and array.dtype.kind in "iu":
+            symbolic = np.empty(array.shape, dtype=object)
+            symbolic[...] = _nested(value)
+            self.shape_values[key] = symbolic
         self.types[key] = TensorType(tuple(int(d) for d in array.shape), str(array.dtype))
         return key
 
@@ -240,6 +249,9 @@ class Builder:
             raise ConversionError(f"{self.source}: op {op_name!r} refuses attributes "
                                   f"{abridge(str(attr_dict))}: {err.errors()[0]['msg']}"
                                   ) from None
+        symbolic = {key: value for key, value in attr_dict.items() if has_symbols(value)}
+        if symbolic:  # validation made them plain ints; the shape function should see sizes
+            parsed = parsed.model_copy(update=symbolic)
         in_types = [self.type(name) for name in inputs]
         data = [self.constants.get(name) if needed else None
                 for name, needed in zip(inputs, op.needs_data(len(inputs)), strict=True)]
@@ -298,7 +310,54 @@ class Builder:
         except Exception as err:  # the op's own compute: name it and the node
             raise ConversionError(f"{self.source}: folding op {op_name!r} on constants failed: "
                                   f"{type(err).__name__}: {err}") from None
-        return [self.constant(out) for out in outs]
+        names = [self.constant(out) for out in outs]
+        for name, tensor in zip(names, out_types, strict=True):
+            self.types[name] = tensor  # the inferred type keeps symbolic sizes
+        if any(name in self.shape_values for name in inputs):
+            self._fold_symbolic(op_name, op, attrs, inputs, names)
+        return names
+
+    def symbolic_ints(self, name: str) -> list[int] | None:
+        """The elements of integer constant ``name`` as sizes that keep their expressions
+        (:class:`~graphrt.onnx.symint.SymInt`), or None when it follows no variable."""
+        values = self.shape_values.get(name)
+        return None if values is None else list(values.reshape(-1))
+
+    def _fold_symbolic(self, op_name: str, op: Any, attrs: Any, inputs: Sequence[str],
+                       outputs: Sequence[str]) -> None:
+        """Run a folded op again on the expressions of its symbolic inputs (Python ints in
+        object arrays, whose arithmetic keeps the expressions), so that ``Shape`` →
+        ``Gather`` → ``Mul`` → ``Concat`` chains stay exact. Anything the op cannot do on
+        objects, or a result that differs from the concrete fold, just stays concrete."""
+        if any(self.constants[out].dtype.kind not in "iu" for out in outputs):
+            return
+        arrays = [self.shape_values.get(name, self.constants[name]) for name in inputs]
+        if op_name == "cast":
+            results = [arrays[0].copy()]
+        else:
+            results = [np.empty(self.constants[out].shape, dtype=object) for out in outputs]
+            try:
+                with np.errstate(all="ignore"):
+                    op.positional(np, attrs, len(arrays))(*arrays, *results)
+            except Exception:  # an op that needs numbers: the result stays plain
+                return
+        for out, result in zip(outputs, results, strict=True):
+            concrete = self.constants[out]
+            try:
+                same = result.shape == concrete.shape and all(
+                    isinstance(v, int) and int(v) == int(c)
+                    for v, c in zip(result.reshape(-1), concrete.reshape(-1), strict=True))
+            except (TypeError, ValueError):
+                same = False
+            if same and any(isinstance(v, SymInt) for v in result.reshape(-1)):
+                self.shape_values[out] = result
+
+
+def _nested(value: Any) -> Any:
+    """Nested lists and tuples as nested lists (what an object array is filled from)."""
+    if isinstance(value, list | tuple):
+        return [_nested(v) for v in value]
+    return value
 
 
 class NotConstantError(ConversionError):

@@ -9,7 +9,7 @@ graph, lib and params (``emit.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from .model import LoadedModel, dtype_name, load_model, to_array
 from .placement import check_devices, place_steps, placement_decisions
 from .registry import check_supported, find_converter
 from .symbolic import generalize, sample_points, symbolic_bounds
+from .symint import SymInt
 
 __all__ = ["Converted", "convert_model", "from_onnx"]
 
@@ -81,7 +82,7 @@ def _given_constant(name: str, value: Any, dtype: str | None) -> np.ndarray[Any,
 
 
 def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
-                dim_bounds: Mapping[str, int]) -> TensorType:
+                dim_bounds: Mapping[str, int], varying: Set[str] = frozenset()) -> TensorType:
     name = value_info.name
     kind = value_info.type.WhichOneof("value")
     if kind != "tensor_type":
@@ -99,6 +100,8 @@ def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
     for axis, dim in enumerate(tensor.shape.dim):
         if dim.HasField("dim_value"):
             dims.append(int(dim.dim_value))
+        elif dim.dim_param and dim.dim_param in varying:
+            dims.append(SymInt.variable(dim.dim_param, int(dim_bounds[dim.dim_param])))
         elif dim.dim_param and dim.dim_param in dim_bounds:
             dims.append(int(dim_bounds[dim.dim_param]))
         else:
@@ -138,9 +141,10 @@ def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
 
 
 def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
-           dim_values: Mapping[str, int], constants: Mapping[str, Any]
-           ) -> tuple[Builder, list[str]]:
-    """Convert every node at fixed input shapes: the builder and the graph's output values."""
+           dim_values: Mapping[str, int], constants: Mapping[str, Any],
+           varying: Set[str] = frozenset()) -> tuple[Builder, list[str]]:
+    """Convert every node at fixed input shapes: the builder and the graph's output values.
+    The dimensions named in ``varying`` are traced as :class:`SymInt` variables."""
     graph = loaded.proto.graph
     b = Builder()
     for tensor in graph.initializer:
@@ -160,7 +164,7 @@ def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
             dtype = dtype_name(elem, f"graph input {name!r}") if elem else None
             b.constant(_given_constant(name, constants[name], dtype), name=name)
         elif name not in initializers:
-            b.input(name, _input_type(value_info, shapes, dim_values))
+            b.input(name, _input_type(value_info, shapes, dim_values, varying))
     env = _convert_nodes(loaded, b)
     outputs = []
     for value_info in graph.output:
@@ -189,7 +193,8 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     shapes, constants = dict(shapes or {}), dict(constants or {})
     bounds = symbolic_bounds(loaded.proto.graph, shapes, constants, dim_bounds or {})
     points = sample_points(bounds)
-    built = [_build(loaded, shapes, point, constants) for point in points]
+    varying = {name for name, bound in bounds.items() if bound >= 2}
+    built = [_build(loaded, shapes, point, constants, varying) for point in points]
     b, outputs = built[0]
     if len(built) > 1:
         generalize(points, built, bounds)

@@ -1,14 +1,17 @@
 """Symbolic input dimensions (``dim_param``) as graphrt's bounded shape variables.
 
 Every shape is concrete while converting, so a symbolic dimension is handled by converting
-at several sizes and comparing: the model at ``n = max`` is the one emitted; the model at
-``n = max - 1`` (and at a third point, to verify) must make the same steps with the same
-constants, and every entry's dimension must be an affine function of the variables
-(``n``, ``2*n``, ``n + 1``). That dimension is then written symbolically, and the graph plans
-its storage at the bound. A reshape whose target follows the variable is rewritten to copy
-(``0``) or infer (``-1``) that dimension. Anything else that changes with the variable, such as
-a weight whose shape follows it, is a :class:`ConversionError` naming the node and the
-variable, so that a graph that would only be right at one size is never emitted.
+at several sizes: the model at ``n = max`` is the one emitted; the model at ``n = max - 1``
+(and at a third point, to verify) must make the same steps with the same constants. Sizes are
+traced while converting (:class:`~graphrt.onnx.symint.SymInt`): each dimension derived from
+the variables carries its expression (``batch * seq``, ``2 * n + 1``), which is written into
+the graph once the other conversions confirm it; a dimension the tracing lost must be an
+affine function of the variables. A reshape whose target follows the variables is rewritten to
+copy (``0``) or infer (``-1``) those dimensions, else it becomes ``reshape_symbolic`` (an
+expand, ``broadcast_to_symbolic``), whose target is written in the variables. Anything else
+that changes with the variable, such as a weight whose shape follows it, is a
+:class:`ConversionError` naming the node and the variable, so that a graph that would only be
+right at one size is never emitted.
 
 Example:
     >>> sample_points({"batch": 8})
@@ -23,7 +26,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConversionError
+from ..schema.symbolic import parse_dim
 from .builder import Builder, ConvertedStep
+from .symint import SymInt, has_symbols, symbolic_text
 
 __all__ = ["generalize", "sample_points", "symbolic_bounds"]
 
@@ -171,6 +176,57 @@ def _crop_by_reference(b: Builder, built: Sequence[tuple[Builder, list[str]]], n
     return False
 
 
+def _evaluate(value: Any, point: Mapping[str, int]) -> Any:
+    """``value`` (an int or nested lists of them) with every SymInt evaluated at ``point``."""
+    if isinstance(value, SymInt):
+        return parse_dim(value.text).evaluate(point)
+    if isinstance(value, list | tuple):
+        return [_evaluate(v, point) for v in value]
+    return value
+
+
+def _traced(value: Any, values: Sequence[Any], points: Sequence[Mapping[str, int]]) -> bool:
+    """Whether ``value`` holds traced sizes whose expressions give ``values`` at ``points``
+    (the conversion at each point made what the expressions say it would)."""
+    if not has_symbols(value):
+        return False
+    try:
+        return all(_evaluate(value, point) == _evaluate(other, point)
+                   for point, other in zip(points, values, strict=True))
+    except (KeyError, ValueError, ZeroDivisionError):
+        return False
+
+
+def _symbolic_target(b: Builder, index: int, op: str) -> None:
+    """Make step ``index`` (a reshape or broadcast_to whose target follows the variables) its
+    symbolic twin: the target as expressions, each variable read from the shape of a value
+    that has it as a whole dimension (the step's input, else an earlier value or a graph
+    input)."""
+    step = b.steps[index]
+    target = b.types[step.outputs[0]].shape  # a reshape's 0 and -1 resolved
+    texts = [symbolic_text(d) for d in target]
+    needed = sorted(set().union(*(parse_dim(t).variables for t in texts if isinstance(t, str))))
+    refs: list[str] = []
+    dims: dict[str, list[int]] = {}
+    earlier = [step.inputs[0], *(out for s in reversed(b.steps[:index]) for out in s.outputs),
+               *b.inputs]
+    for var in needed:
+        found = next(((value, axis) for value in earlier for axis, d in
+                      enumerate(b.types[value].shape)
+                      if isinstance(d, SymInt) and d.poly == (((var,), 1),)), None)
+        if found is None:
+            raise ConversionError(f"{step.source}: the target shape of {step.op} "
+                                  f"{[symbolic_text(d) for d in target]} uses {var!r}, which "
+                                  "no value before it has as a whole dimension")
+        value, axis = found
+        if value not in refs:
+            refs.append(value)  # the step's own input too: input 0 is the one moved
+        dims[var] = [1 + refs.index(value), axis]
+    step.op = op
+    step.inputs = [step.inputs[0], *refs]
+    step.attrs = {"shape": texts, "dims": dims}
+
+
 def generalize(points: Sequence[Mapping[str, int]],
                built: Sequence[tuple[Builder, list[str]]], bounds: Mapping[str, int]) -> None:
     """Make the first builder (converted at the bounds) symbolic, checking the others agree.
@@ -193,14 +249,22 @@ def generalize(points: Sequence[Mapping[str, int]],
                                                         theirs.outputs):
                 raise _differ(mine.source, f"op {mine.op!r}", points)
     for index, step in enumerate(b.steps):
-        for key, value in step.attrs.items():
+        for key, value in list(step.attrs.items()):
             values = [other.steps[index].attrs.get(key) for other, _ in built]
             if all(v == value for v in values):
                 continue
+            traced = _traced(value, values, points)
             if step.op == "reshape" and key == "newshape":
-                step.attrs[key] = _rewrite_reshape(
-                    b, index, [list(v or ()) for v in values],
-                    [other.types[step.inputs[0]].shape for other, _ in built], points)
+                try:
+                    step.attrs[key] = _rewrite_reshape(
+                        b, index, [list(v or ()) for v in values],
+                        [other.types[step.inputs[0]].shape for other, _ in built], points)
+                except ConversionError:
+                    if not traced:
+                        raise
+                    _symbolic_target(b, index, "reshape_symbolic")
+            elif step.op == "broadcast_to" and key == "shape" and traced:
+                _symbolic_target(b, index, "broadcast_to_symbolic")
             else:
                 raise _differ(step.source, f"attribute {key!r} of op {step.op!r} "
                               f"({value!r})", points)
@@ -216,7 +280,11 @@ def generalize(points: Sequence[Mapping[str, int]],
             raise _differ(f"value {name!r}", "the rank", points)
         symbolic: list[int | str] = []
         for axis in range(len(tensor.shape)):
-            fit = _fit([shape[axis] for shape in shapes if shape is not None], points, varying)
+            sizes = [shape[axis] for shape in shapes if shape is not None]
+            if _traced(tensor.shape[axis], sizes, points):
+                symbolic.append(symbolic_text(tensor.shape[axis]))
+                continue
+            fit = _fit(sizes, points, varying)
             if fit is None:
                 raise _differ(f"value {name!r} dimension {axis}", "a size that is not an "
                               "affine function of the variables", points)

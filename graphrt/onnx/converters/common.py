@@ -16,12 +16,17 @@ __all__ = ["const_floats", "const_ints", "optional_const", "same_as", "simple", 
 
 
 def const_ints(b: Builder, name: str, what: str) -> list[int]:
-    """The values of constant input ``name`` as a list of ints.
+    """The values of constant input ``name`` as a list of ints (sizes computed from the
+    model's symbolic dimensions come as :class:`~graphrt.onnx.symint.SymInt`, which keep
+    their expressions).
 
     Raises:
         ConversionError: a value is NaN or infinite (no integer stands for it).
     """
     values = np.asarray(b.constant_value(name, what)).reshape(-1)
+    symbolic = b.symbolic_ints(name)
+    if symbolic is not None:
+        return symbolic
     if values.dtype.kind not in "iub" and not np.isfinite(values.astype(np.float64)).all():
         bad = values[~np.isfinite(values.astype(np.float64))][0]
         raise ConversionError(f"{b.source}: {what} must be integers, given {bad} (input "

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ...ops import OpError, broadcast
 from ...schema.dtypes import parse_dtype
 from ..builder import Builder
 from ..model import OnnxNode, dtype_name
@@ -31,7 +32,8 @@ __all__: list[str] = []
 
 
 def _size(shape: Sequence[int]) -> int:
-    return math.prod(int(d) for d in shape)  # exact: declared dims may overflow int64
+    # exact (declared dims may overflow int64), and a symbolic size keeps its expression
+    return math.prod(d if isinstance(d, int) else int(d) for d in shape)
 
 
 def _axis(n: OnnxNode, axis: int, ndim: int, what: str = "axis") -> int:
@@ -62,7 +64,7 @@ def _reshape_to(b: Builder, x: str, shape: Sequence[int]) -> str:
     The standard ``reshape`` reads a 0 in its target as "copy the input's dim"; a zero-size
     result has no data to move, so it becomes an empty constant instead.
     """
-    shape = [int(d) for d in shape]
+    shape = [d if isinstance(d, int) else int(d) for d in shape]
     if _size(shape) == 0:
         return b.constant(np.empty(shape, b.dtype(x)))
     return b.op("reshape", [x], {"newshape": shape})[0]
@@ -199,8 +201,8 @@ def _expand(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
     target = const_ints(b, n.inputs[1], "the target shape")
     try:
-        shape = [int(d) for d in np.broadcast_shapes(b.shape(x), tuple(target))]
-    except ValueError:
+        shape = list(broadcast(b.shape(x), tuple(target)))
+    except OpError:
         raise n.fail(f"input shape {list(b.shape(x))} and shape {target} do not "
                      "broadcast") from None
     return b.op("broadcast_to", [x], {"shape": shape})
@@ -579,7 +581,7 @@ def _reverse_sequence(b: Builder, n: OnnxNode) -> list[str]:
 
 @converter("Shape", until=14)
 def _shape(b: Builder, n: OnnxNode) -> list[str]:
-    return [b.constant(np.array(b.shape(n.inputs[0]), np.int64))]
+    return [b.constant(list(b.shape(n.inputs[0])), "int64")]
 
 
 @converter("Shape", since=15)
@@ -590,12 +592,12 @@ def _shape_range(b: Builder, n: OnnxNode) -> list[str]:
     end = rank if end is None else int(end)
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = min(max(end + rank if end < 0 else end, 0), rank)
-    return [b.constant(np.array(shape[start:end], np.int64))]
+    return [b.constant(list(shape[start:end]), "int64")]
 
 
 @converter("Size")
 def _size_op(b: Builder, n: OnnxNode) -> list[str]:
-    return [b.constant(np.array(_size(b.shape(n.inputs[0])), np.int64))]
+    return [b.constant(_size(b.shape(n.inputs[0])), "int64")]
 
 
 def _range(since: int) -> ConvertFn:
