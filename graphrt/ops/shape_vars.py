@@ -1,5 +1,6 @@
-"""Standard ops whose target shape is written in shape variables: ``reshape_symbolic`` and
-``broadcast_to_symbolic``.
+"""Standard ops for shapes that follow the graph's shape variables: ``reshape_symbolic`` and
+``broadcast_to_symbolic`` (a target written in the variables), ``shape_of`` (a tensor's shape
+as data) and ``arange`` (``Range`` with tensor bounds, whose length is data dependent).
 
 A model with symbolic input dimensions computes shapes from them (``batch * heads``, a mask of
 ``[batch, 1, seq, seq]``). ``reshape`` and ``broadcast_to`` take a fixed target, so they cannot
@@ -23,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from ..schema.symbolic import Expr, parse_dim
 from .base import Attrs, OpDef, OpError, TensorType, broadcast, register_op
@@ -115,6 +118,62 @@ def _broadcast_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         xp.copyto(outputs[0], inputs[0])
 
 
+class ShapeOfAttrs(Attrs):
+    """``start``, ``end``: the axes whose sizes are returned (ONNX ``Shape``'s slice)."""
+
+    start: int = 0
+    end: int | None = None
+
+
+def _shape_of_infer(types: Sequence[TensorType], attrs: ShapeOfAttrs,
+                    data: Sequence[Any]) -> list[TensorType]:
+    if len(types) != 1:
+        raise OpError(f"shape_of: expected 1 input, given {len(types)}")
+    return [TensorType((len(range(types[0].ndim)[attrs.start:attrs.end]),), "int64")]
+
+
+def _shape_of_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                      attrs: ShapeOfAttrs) -> None:
+    sizes = inputs[0].shape[attrs.start:attrs.end]
+    if sizes:
+        outputs[0][...] = sizes
+
+
+class ArangeAttrs(Attrs):
+    """No attributes: ``arange(start, limit, delta)`` with 0-d tensors, ONNX ``Range``."""
+
+
+def _arange_infer(types: Sequence[TensorType], attrs: ArangeAttrs,
+                  data: Sequence[Any]) -> list[TensorType]:
+    if len(types) != 3:
+        raise OpError(f"arange: expected start, limit and delta, given {len(types)} inputs")
+    for t, role in zip(types, ("start", "limit", "delta"), strict=True):
+        if t.shape not in ((), (1,)) or np.dtype(t.dtype).kind not in "iu":
+            raise OpError(f"arange: {role} must be one integer, given {t.dtype}"
+                          f"{list(t.shape)}")
+    if any(d is None for d in data):
+        raise OpError("arange: infer needs the values of start, limit and delta; none given")
+    start, limit, delta = (int(np.asarray(d).reshape(-1)[0]) for d in data)
+    if delta == 0:
+        raise OpError("arange: delta is 0")
+    return [TensorType((max(-(-(limit - start) // delta), 0),), types[0].dtype)]
+
+
+def _arange_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                    attrs: ArangeAttrs) -> None:
+    out = outputs[0]
+    if out.size:  # start + delta * i, made in place on the device where the bounds live
+        out.fill(1)
+        xp.cumsum(out, out=out)
+        xp.subtract(out, 1, out=out)
+        xp.multiply(out, inputs[2].reshape(()), out=out)
+        xp.add(out, inputs[0].reshape(()), out=out)
+
+
+register_op(OpDef(name="shape_of", attrs=ShapeOfAttrs, arity=1, infer=_shape_of_infer,
+                  compute=_shape_of_compute))
+register_op(OpDef(name="arange", attrs=ArangeAttrs, arity=3, infer=_arange_infer,
+                  compute=_arange_compute, data_dependent=(True, True, True)))
 register_op(OpDef(name="reshape_symbolic", attrs=SymbolicShapeAttrs, arity=None,
                   infer=_reshape_infer, compute=_reshape_compute))
 register_op(OpDef(name="broadcast_to_symbolic", attrs=SymbolicShapeAttrs, arity=None,
