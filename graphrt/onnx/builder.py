@@ -95,6 +95,9 @@ class Builder:
     """Integer constants computed from symbolic sizes (``Shape`` and what follows it): their
     elements as :class:`~graphrt.onnx.symint.SymInt` where they follow the variables, so a
     reshape target built from them keeps its expressions (an object array per constant)."""
+    made: dict[str, ConvertedStep] = field(default_factory=dict)
+    """How each folded constant was computed (the step it would have been): a constant that
+    turns out to follow the variables and is read as data is made at run time from this."""
     computed_bytes: int = 0
     """Bytes of constants computed so far (counted against :data:`FOLD_BUDGET`)."""
     _count: int = 0
@@ -272,7 +275,9 @@ class Builder:
         if inputs and all(name in self.constants for name in inputs) and all(
                 nbytes(t) <= FOLD_LIMIT for t in out_types) and self._may_compute(
                 sum(nbytes(t) for t in out_types)):
-            return self._fold(op_name, op, parsed, inputs, out_types)
+            outputs = self._fold(op_name, op, parsed, inputs, out_types)
+            self.record(ConvertedStep(op_name, list(inputs), outputs, attr_dict, self.source))
+            return outputs
         outputs = [self._fresh(op_name) for _ in out_types]
         for name, tensor in zip(outputs, out_types, strict=True):
             self.types[name] = tensor
@@ -316,6 +321,21 @@ class Builder:
         if any(name in self.shape_values for name in inputs):
             self._fold_symbolic(op_name, op, attrs, inputs, names)
         return names
+
+    def record(self, step: ConvertedStep) -> None:
+        """Remember that ``step`` computes the constants it names as outputs (see
+        :attr:`made`)."""
+        for out in step.outputs:
+            self.made[out] = step
+
+    def shape_constant(self, x: str, start: int = 0, end: int | None = None) -> str:
+        """``x``'s shape (``[start:end]``) as an int64 constant that keeps its traced sizes
+        and remembers where it came from (``shape_of``)."""
+        end = len(self.shape(x)) if end is None else end
+        name = self.constant(list(self.shape(x)[start:end]), "int64")
+        self.record(ConvertedStep("shape_of", [x], [name], {"start": start, "end": end},
+                                  self.source))
+        return name
 
     def symbolic_ints(self, name: str) -> list[int] | None:
         """The elements of integer constant ``name`` as sizes that keep their expressions

@@ -272,29 +272,108 @@ def generalize(points: Sequence[Mapping[str, int]],
     relevant = used | set(b.inputs) | {out for step in b.steps for out in step.outputs}
     dims: dict[str, tuple[int | str, ...]] = {}
     for name in sorted(relevant):
-        tensor = b.types[name]
-        shapes = [other.types[name].shape if name in other.types else None for other, _ in built]
-        if all(shape == tensor.shape for shape in shapes):
-            continue
-        if any(shape is None or len(shape) != len(tensor.shape) for shape in shapes):
-            raise _differ(f"value {name!r}", "the rank", points)
-        symbolic: list[int | str] = []
-        for axis in range(len(tensor.shape)):
-            sizes = [shape[axis] for shape in shapes if shape is not None]
-            if _traced(tensor.shape[axis], sizes, points):
-                symbolic.append(symbolic_text(tensor.shape[axis]))
-                continue
-            fit = _fit(sizes, points, varying)
-            if fit is None:
-                raise _differ(f"value {name!r} dimension {axis}", "a size that is not an "
-                              "affine function of the variables", points)
-            symbolic.append(_expression(*fit))
-        dims[name] = tuple(symbolic)
+        found = _dims_of(name, built, points, varying)
+        if found is not None:
+            dims[name] = found
+    pending = []
     for name in sorted(used & set(b.constants)):
         if all(_same(other.constants.get(name), b.constants[name]) for other, _ in built[1:]):
             continue
-        user = next((s.source for s in b.steps if name in s.inputs), "a graph output")
         if name in outputs or not _crop_by_reference(b, built, name, dims):
-            raise _differ(user, f"a constant it reads ({name!r})", points)
+            pending.append(name)
+    if pending:
+        _materialize(b, built, points, varying, pending, dims)
     b.symbolic_dims = dims
     b.shape_vars = {name: (1, bound) for name, bound in bounds.items() if bound >= 2}
+
+
+def _dims_of(name: str, built: Sequence[tuple[Builder, list[str]]],
+             points: Sequence[Mapping[str, int]], varying: Sequence[str]
+             ) -> tuple[int | str, ...] | None:
+    """Value ``name``'s dimensions as the graph writes them, or None when they are fixed:
+    each traced expression confirmed by every conversion, else an affine fit.
+
+    Raises:
+        ConversionError: the rank differs, or a dimension that is neither.
+    """
+    b = built[0][0]
+    tensor = b.types[name]
+    shapes = [other.types[name].shape if name in other.types else None for other, _ in built]
+    if all(shape == tensor.shape for shape in shapes) and not has_symbols(tensor.shape):
+        return None
+    if any(shape is None or len(shape) != len(tensor.shape) for shape in shapes):
+        raise _differ(f"value {name!r}", "the rank", points)
+    symbolic: list[int | str] = []
+    for axis in range(len(tensor.shape)):
+        sizes = [shape[axis] for shape in shapes if shape is not None]
+        if _traced(tensor.shape[axis], sizes, points):
+            symbolic.append(symbolic_text(tensor.shape[axis]))
+            continue
+        fit = _fit(sizes, points, varying)
+        if fit is None:
+            raise _differ(f"value {name!r} dimension {axis}", "a size that is not an "
+                          "affine function of the variables", points)
+        symbolic.append(_expression(*fit))
+    return tuple(symbolic)
+
+
+def _materialize(b: Builder, built: Sequence[tuple[Builder, list[str]]],
+                 points: Sequence[Mapping[str, int]], varying: Sequence[str],
+                 names: Sequence[str], dims: dict[str, tuple[int | str, ...]]) -> None:
+    """Compute at run time the constants in ``names``, which follow the variables and are read
+    as data (a table of positions built with ``Range`` from a size, say): the steps that folded
+    them at conversion are emitted again, back to ``shape_of`` and ``arange`` steps on the
+    values whose sizes they read, before the first step that reads them. Their attributes must
+    be the same at every conversion (or traced, for a reshape or expand target).
+
+    Raises:
+        ConversionError: a constant that follows the variables but was not made by steps
+            graphrt can run again, naming the node that reads it.
+    """
+    first_use = {name: next((i for i, s in enumerate(b.steps) if name in s.inputs),
+                            len(b.steps)) for name in names}
+    emitted: set[str] = set()
+    for name in sorted(names, key=first_use.__getitem__):
+        at = next((i for i, s in enumerate(b.steps) if name in s.inputs), len(b.steps))
+        user = b.steps[at].source if at < len(b.steps) else "a graph output"
+        chain: list[ConvertedStep] = []
+        _chain(b, built, points, name, user, emitted, chain)
+        b.steps[at:at] = chain
+        for index in range(at, at + len(chain)):
+            step = b.steps[index]
+            for out in step.outputs:
+                b.constants.pop(out, None)
+                b.shape_values.pop(out, None)
+                found = _dims_of(out, built, points, varying)
+                if found is not None:
+                    dims[out] = found
+            if step.op in ("reshape", "broadcast_to") and has_symbols(step.attrs):
+                _symbolic_target(b, index, f"{step.op}_symbolic")
+
+
+def _chain(b: Builder, built: Sequence[tuple[Builder, list[str]]],
+           points: Sequence[Mapping[str, int]], name: str, user: str, emitted: set[str],
+           chain: list[ConvertedStep]) -> None:
+    """Append to ``chain`` the steps that make constant ``name`` and the constants it needs
+    that follow the variables (the others stay constants)."""
+    if name in emitted or name not in b.constants:
+        return
+    agrees = all(_same(other.constants.get(name), b.constants[name]) for other, _ in built[1:])
+    if agrees and not has_symbols(b.types[name].shape):
+        return
+    step = b.made.get(name)
+    if step is None:
+        raise _differ(user, f"a constant it reads ({name!r})", points)
+    made = [other.made.get(name) for other, _ in built]
+    if any(theirs is None or (theirs.op, theirs.inputs) != (step.op, step.inputs)
+           for theirs in made) or not all(
+            _traced(value, [theirs.attrs.get(key) for theirs in made if theirs], points)
+            if any(theirs and theirs.attrs.get(key) != value for theirs in made) else True
+            for key, value in step.attrs.items()):
+        raise _differ(step.source, f"how a constant its successors read ({name!r}) is computed",
+                      points)
+    for source in step.inputs:
+        _chain(b, built, points, source, user, emitted, chain)
+    emitted.update(step.outputs)
+    chain.append(ConvertedStep(step.op, list(step.inputs), list(step.outputs),
+                               dict(step.attrs), step.source))

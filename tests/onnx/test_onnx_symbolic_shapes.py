@@ -134,3 +134,113 @@ def test_symbolic_ops_refuse_what_they_cannot_evaluate() -> None:
     with pytest.raises(OpError, match="does not broadcast"):
         wide.infer([TensorType((3,), "float32"), ref],
                    wide.attrs(shape=["batch"], dims={"batch": (1, 0)}), [None, None])
+
+
+def _causal_model() -> Any:
+    """Self-attention scores over x [batch, seq, 4] under a causal mask built the way
+    TorchScript exports of transformers build it: ``Range(0, seq)`` from ``Shape``, counted
+    from the end and compared with itself, plus a bias of those positions read as data (at a
+    smaller size it is no prefix of the bound's table, so it must be computed per run)."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k)
+             for k, v in {"one": 1, "zero": 0, "ax0": [0], "ax1": [1]}.items()]
+    inits.append(numpy_helper.from_array(np.array(-1e4, np.float32), "low"))
+    inits.append(numpy_helper.from_array(np.array(0.1, np.float32), "tenth"))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["q"], axis=0),
+        helper.make_node("Range", ["zero", "q", "one"], ["r"]),
+        helper.make_node("Sub", ["q", "one"], ["last"]),
+        helper.make_node("Sub", ["last", "r"], ["back"]),  # no prefix of the bound's table
+        helper.make_node("Unsqueeze", ["back", "ax1"], ["rows"]),
+        helper.make_node("Unsqueeze", ["back", "ax0"], ["cols"]),
+        helper.make_node("LessOrEqual", ["cols", "rows"], ["causal"]),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["x", "xt"], ["scores"]),
+        helper.make_node("Where", ["causal", "scores", "low"], ["masked"]),
+        helper.make_node("Cast", ["back"], ["pos"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["pos", "tenth"], ["bias"]),
+        helper.make_node("Add", ["masked", "bias"], ["biased"]),
+        helper.make_node("Softmax", ["biased"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "causal", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                        ["batch", "seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", "seq"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_mask_built_from_a_size_is_computed_at_run_time() -> None:
+    model = _causal_model()
+    lib = convert_model(model, dim_bounds=BOUNDS).emitted.lib
+    ops = {step["op"] for function in lib["functions"].values() for step in function["body"]}
+    assert {"shape_of", "arange"} <= ops  # made per run from the input's shape, not folded
+    bundle = graphrt.from_onnx(model, dim_bounds=BOUNDS)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    modules = {device: bundle.create(device) for device in ("cpu", "sim")}
+    rng = np.random.default_rng(3)
+    for batch, seq in [(1, 1), (2, 5), (4, 16), (3, 9)]:
+        x = rng.standard_normal((batch, seq, 4)).astype(np.float32)
+        (want,) = session.run(None, {"x": x})
+        for device, module in modules.items():
+            module.set_input(x=x)
+            (y,) = module(x=x)
+            np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{device} at batch={batch}, seq={seq}")
+    # arange's shape function reads its three scalars on the host: on the accelerator, that
+    # is all that crosses (24 bytes), whatever the sequence length
+    report = modules["sim"].profile(repeat=1)
+    shape_runs = [node for node in report.nodes if node.kind == "shape"]
+    assert shape_runs and {node.bytes for node in shape_runs} == {24}
+
+
+def test_a_triangular_mask_of_a_size_is_cut_from_the_bounds_table() -> None:
+    """A Trilu mask at any size is the leading block of the mask at the bound, so the
+    conversion keeps the bound's table and slices it per run (no steps to remake it)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ConstantOfShape", ["s"], ["ones"],
+                         value=numpy_helper.from_array(np.ones(1, np.float32))),
+        helper.make_node("Trilu", ["ones"], ["tri"]),
+        helper.make_node("Mul", ["x", "tri"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "trilu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", "seq"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    lib = convert_model(model, dim_bounds={"seq": 6}).emitted.lib
+    ops = {step["op"] for function in lib["functions"].values() for step in function["body"]}
+    assert "slice_like" in ops and "arange" not in ops
+    module = graphrt.from_onnx(model, dim_bounds={"seq": 6}).create("cpu")
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for seq in (1, 3, 6):
+        x = np.arange(seq * seq, dtype=np.float32).reshape(seq, seq)
+        np.testing.assert_array_equal(np.asarray(module(x=x)[0]),
+                                      session.run(None, {"x": x})[0])
+
+
+def test_shape_of_and_arange_say_what_they_need() -> None:
+    shape_of, arange = get_op("shape_of"), get_op("arange")
+    x = TensorType((2, 3, 4), "float32")
+    assert shape_of.infer([x], shape_of.attrs(start=1), [None]) == [
+        TensorType((2,), "int64")]
+    out = np.empty(2, np.int64)
+    shape_of.positional(np, shape_of.attrs(start=1), 1)(np.zeros((2, 3, 4)), out)
+    assert out.tolist() == [3, 4]
+    scalar = TensorType((), "int64")
+    with pytest.raises(OpError, match="needs the values"):
+        arange.infer([scalar] * 3, arange.attrs(), [None] * 3)
+    with pytest.raises(OpError, match="delta is 0"):
+        arange.infer([scalar] * 3, arange.attrs(), [np.array(0), np.array(3), np.array(0)])
+    with pytest.raises(OpError, match="must be one integer"):
+        arange.infer([TensorType((), "float32"), scalar, scalar], arange.attrs(),
+                     [np.array(0.0), np.array(3), np.array(1)])
+    bounds = [np.array(7), np.array(0), np.array(-2)]
+    (found,) = arange.infer([scalar] * 3, arange.attrs(), bounds)
+    values = np.empty(found.shape, np.int64)
+    arange.positional(np, arange.attrs(), 3)(*bounds, values)
+    assert values.tolist() == [7, 5, 3, 1]  # ONNX Range: start + delta * i, i < ceil(n)

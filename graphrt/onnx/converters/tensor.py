@@ -19,7 +19,7 @@ import numpy as np
 
 from ...ops import OpError, broadcast
 from ...schema.dtypes import parse_dtype
-from ..builder import Builder
+from ..builder import Builder, ConvertedStep, TensorType
 from ..model import OnnxNode, dtype_name
 from ..registry import ConvertFn, converter
 from .common import const_floats, const_ints
@@ -581,7 +581,7 @@ def _reverse_sequence(b: Builder, n: OnnxNode) -> list[str]:
 
 @converter("Shape", until=14)
 def _shape(b: Builder, n: OnnxNode) -> list[str]:
-    return [b.constant(list(b.shape(n.inputs[0])), "int64")]
+    return [b.shape_constant(n.inputs[0])]
 
 
 @converter("Shape", since=15)
@@ -592,7 +592,7 @@ def _shape_range(b: Builder, n: OnnxNode) -> list[str]:
     end = rank if end is None else int(end)
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = min(max(end + rank if end < 0 else end, 0), rank)
-    return [b.constant(list(shape[start:end]), "int64")]
+    return [b.shape_constant(n.inputs[0], start, end)]
 
 
 @converter("Size")
@@ -613,8 +613,15 @@ def _range(since: int) -> ConvertFn:
             raise n.fail("delta is 0")
         if dtype.kind in "iu":
             count = max(-(-(limit - start) // delta), 0)
-            return [b.computed((count,), dtype.name, "Range's output", lambda: (
-                start + delta * np.arange(count, dtype=np.int64)))]
+            table = b.computed((count,), dtype.name, "Range's output", lambda: (
+                start + delta * np.arange(count, dtype=np.int64)))
+            traced = [b.symbolic_ints(name) for name in n.inputs[:3]]
+            if any(t is not None for t in traced):  # a length that follows the variables
+                first, last, step = (t[0] if t is not None else v for t, v in
+                                     zip(traced, (start, limit, delta), strict=True))
+                b.types[table] = TensorType((max(-(-(last - first) // step), 0),), dtype.name)
+                b.record(ConvertedStep("arange", list(n.inputs[:3]), [table], {}, b.source))
+            return [table]
         if not all(np.isfinite(v) for v in (start, limit, delta)):
             raise n.fail(f"start, limit and delta must be finite, given {start}, {limit}, "
                          f"{delta}")
