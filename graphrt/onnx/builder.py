@@ -95,6 +95,9 @@ class Builder:
     """Integer constants computed from symbolic sizes (``Shape`` and what follows it): their
     elements as :class:`~graphrt.onnx.symint.SymInt` where they follow the variables, so a
     reshape target built from them keeps its expressions (an object array per constant)."""
+    data_vars: dict[str, int] = field(default_factory=dict)
+    """Shape variables that ops with data-dependent outputs bind at run time (``nonzero``'s
+    count, say) → their bound in this conversion."""
     made: dict[str, ConvertedStep] = field(default_factory=dict)
     """How each folded constant was computed (the step it would have been): a constant that
     turns out to follow the variables and is read as data is made at run time from this."""
@@ -260,7 +263,10 @@ class Builder:
                 for name, needed in zip(inputs, op.needs_data(len(inputs)), strict=True)]
         if any(needed and value is None for needed, value in
                zip(op.needs_data(len(inputs)), data, strict=True)):
-            raise ConversionError(f"{self.source}: op {op_name!r} needs constant shape inputs")
+            if op.bound is None:
+                raise ConversionError(f"{self.source}: op {op_name!r} needs constant shape "
+                                      "inputs")
+            return self._data_dependent(op_name, op, parsed, inputs, attr_dict, in_types)
         try:
             out_types = op.infer(in_types, parsed, data)
         except OpError as err:
@@ -281,6 +287,33 @@ class Builder:
         outputs = [self._fresh(op_name) for _ in out_types]
         for name, tensor in zip(outputs, out_types, strict=True):
             self.types[name] = tensor
+        self.steps.append(ConvertedStep(op_name, list(inputs), outputs, attr_dict, self.source))
+        return outputs
+
+    def _data_dependent(self, op_name: str, op: Any, attrs: Any, inputs: Sequence[str],
+                        attr_dict: dict[str, Any], in_types: Sequence[TensorType]
+                        ) -> list[str]:
+        """A step whose output shapes follow input values not known yet: each output is
+        planned at the op's bound, every axis the values decide a fresh shape variable
+        (:attr:`data_vars`) that the step's shape function binds at run time."""
+        try:
+            bounds = op.bound(in_types, attrs)
+        except OpError as err:
+            shown = ", ".join(f"{t.dtype}{list(t.shape)}" for t in in_types)
+            raise ConversionError(f"{self.source}: {abridge(str(err))} (op {op_name!r}, "
+                                  f"inputs {abridge(shown)})") from None
+        outputs = [self._fresh(op_name) for _ in bounds]
+        variables: dict[str, SymInt] = {}
+        for name, (tensor, axes) in zip(outputs, bounds, strict=True):
+            shape = list(tensor.shape)
+            for axis, key in axes.items():
+                if key not in variables:
+                    var = f"{op_name}{self._count}_{key}"
+                    self.data_vars[var] = int(shape[axis])
+                    variables[key] = SymInt.variable(var, int(shape[axis]))
+                shape[axis] = variables[key]
+            self.types[name] = TensorType(tuple(shape), tensor.dtype)
+            self._check_size(self.types[name], f"output of op {op_name!r}")
         self.steps.append(ConvertedStep(op_name, list(inputs), outputs, attr_dict, self.source))
         return outputs
 

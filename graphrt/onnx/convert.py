@@ -196,7 +196,7 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     varying = {name for name, bound in bounds.items() if bound >= 2}
     built = [_build(loaded, shapes, point, constants, varying) for point in points]
     b, outputs = built[0]
-    if len(built) > 1:
+    if len(built) > 1 or b.data_vars:
         generalize(points, built, bounds)
     device_types = check_devices(devices)
     kinds = device_types or ["cpu"]

@@ -240,6 +240,9 @@ def generalize(points: Sequence[Mapping[str, int]],
     """
     b, outputs = built[0]
     varying = [name for name, bound in bounds.items() if bound >= 2]
+    # the variables data-dependent ops bind take, at each conversion, their bound there
+    points = [{**point, **other.data_vars} for point, (other, _) in zip(points, built,
+                                                                         strict=True)]
     for other, other_outputs in built[1:]:
         if len(other.steps) != len(b.steps) or other_outputs != outputs or (
                 other.inputs != b.inputs):
@@ -285,6 +288,7 @@ def generalize(points: Sequence[Mapping[str, int]],
         _materialize(b, built, points, varying, pending, dims)
     b.symbolic_dims = dims
     b.shape_vars = {name: (1, bound) for name, bound in bounds.items() if bound >= 2}
+    b.shape_vars.update({name: (0, bound) for name, bound in b.data_vars.items()})
 
 
 def _dims_of(name: str, built: Sequence[tuple[Builder, list[str]]],

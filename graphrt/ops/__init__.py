@@ -16,6 +16,7 @@ from . import (  # noqa: F401  (registration)
     activations,
     attention,
     convolution,
+    data_shapes,
     elementwise,
     indexing,
     nn,

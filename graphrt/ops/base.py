@@ -104,6 +104,12 @@ class Direct:
     out_keyword: bool = False
 
 
+Bound = Callable[[Sequence[TensorType], Any], list[tuple[TensorType, dict[int, str]]]]
+"""``bound(input_types, attrs)``: per output, its largest type and ``{axis: key}`` for each axis
+the input values decide (axes with one key have one length: ``unique``'s values, first indices
+and counts). A converter plans such an output at the bound, with a shape variable per key."""
+
+
 @dataclass(frozen=True)
 class OpDef:
     """One op of the standard set.
@@ -124,6 +130,9 @@ class OpDef:
         direct: the op as one array function of ``xp`` (see :class:`Direct`), or None.
         workspace: the scratch arrays of the reference (see :data:`Workspace`), or None for
             none.
+        bound: for an op whose output shapes follow its input values, the largest each output
+            can be from the input types alone, and the axes the values decide (see
+            :data:`Bound`); None for the others.
     """
 
     name: str
@@ -136,6 +145,7 @@ class OpDef:
     elementwise: str | None = None
     direct: Direct | None = None
     workspace: Workspace | None = None
+    bound: Bound | None = None
 
     def positional(self, xp: Any, attrs: Any, n_inputs: int) -> Callable[..., None]:
         """The reference as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``

@@ -54,8 +54,6 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "random number generation: outputs are not reproducible": (
         "Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform",
         "RandomUniformLike", "Multinomial"),
-    "data-dependent output shapes (graphrt plans every entry before it runs)": (
-        "NonZero", "Unique", "NonMaxSuppression"),
     "signal processing and complex numbers": (
         "DFT", "STFT", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix"),
     "image decoding": ("ImageDecoder",),

@@ -352,9 +352,15 @@ def _gather_nd(b: Builder, n: OnnxNode) -> list[str]:
 @converter("Compress", since=9)
 def _compress(b: Builder, n: OnnxNode) -> list[str]:
     data = n.inputs[0]
-    condition = np.asarray(b.constant_value(n.inputs[1], "the condition")).reshape(-1)
     shape = b.shape(data)
     axis = n.attr("axis", None)
+    if not b.is_constant(n.inputs[1]):  # chosen at run time: the length is data dependent
+        condition_1d = n.inputs[1]
+        if len(b.shape(condition_1d)) != 1:
+            raise n.fail(f"the condition must be 1-D, given shape {list(b.shape(condition_1d))}")
+        return b.op("compress", [data, condition_1d],
+                    {"axis": None if axis is None else _axis(n, int(axis), len(shape))})
+    condition = np.asarray(b.constant_value(n.inputs[1], "the condition")).reshape(-1)
     length = _size(shape) if axis is None else shape[_axis(n, int(axis), len(shape))]
     chosen = np.flatnonzero(condition.astype(bool))
     if chosen.size and chosen[-1] >= length:
@@ -750,6 +756,13 @@ def _topk(since: int) -> ConvertFn:
             raise n.fail("TopK of a 0-D tensor is not defined")
         if since < 10:
             k = int(n.attr("k"))
+        elif not b.is_constant(n.inputs[1]):  # k computed at run time
+            if since >= 11:
+                _flag(n, "sorted", 1)
+            largest = _flag(n, "largest", 1) if since >= 11 else True
+            axis = _axis(n, int(n.attr("axis", -1)), len(shape))
+            return b.op("dynamic_topk", [x, n.inputs[1]], {"axis": axis, "largest": largest},
+                        num_outputs=2)
         else:
             ks = const_ints(b, n.inputs[1], "k")
             if len(ks) != 1:
