@@ -89,6 +89,8 @@ class Builder:
     sequences: dict[str, list[str]] = field(default_factory=dict)
     """ONNX sequence values, which exist only while converting: each is the list of its
     tensor values (its length and element positions are known at conversion)."""
+    opsets: dict[str, int] = field(default_factory=dict)
+    """The model's opset per domain (``""`` the default), for the nodes of its subgraphs."""
     names: dict[str, str] = field(default_factory=dict)
     """ONNX value name → builder value, for converters whose attributes name values."""
     shape_values: dict[str, Array] = field(default_factory=dict)

@@ -146,7 +146,7 @@ def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
     """Convert every node at fixed input shapes: the builder and the graph's output values.
     The dimensions named in ``varying`` are traced as :class:`SymInt` variables."""
     graph = loaded.proto.graph
-    b = Builder()
+    b = Builder(opsets=dict(loaded.opsets))
     for tensor in graph.initializer:
         b.constant(to_array(tensor, f"initializer {tensor.name!r}"), name=tensor.name)
     for tensor in graph.sparse_initializer:

@@ -46,8 +46,6 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "strings: graphrt has no string dtype": (
         "StringNormalizer", "StringSplit", "StringConcat", "RegexFullMatch",
         "TfIdfVectorizer"),
-    "control flow (If, Loop, Scan, SequenceMap): graphrt runs a fixed list of kernels": (
-        "If", "Loop", "Scan", "SequenceMap"),
     "training optimizers": (
         "ai.onnx.preview.training.Adagrad", "ai.onnx.preview.training.Adam",
         "ai.onnx.preview.training.Momentum"),

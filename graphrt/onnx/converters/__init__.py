@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401  (registration)
     attention,
+    control_flow,
     data_shapes,
     elementwise,
     gradient,
