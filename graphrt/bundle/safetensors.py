@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import BundleError, describe
 from ..schema import DType, dtype_of, parse_dtype, shape_problem
+from ..schema.dtypes import LOW_PRECISION
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -52,7 +53,15 @@ DATA_ALIGNMENT = 64
 _MAX_DIGITS = 20
 _CODES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
           "F16": "float16", "BF16": "bfloat16", "U32": "uint32", "I32": "int32",
-          "F32": "float32", "U64": "uint64", "I64": "int64", "F64": "float64"}
+          "F32": "float32", "U64": "uint64", "I64": "int64", "F64": "float64",
+          **{code: name for code, name in {
+              "F8_E4M3": "float8_e4m3fn", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+              "F8_E5M2": "float8_e5m2", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+              "F8_E8M0": "float8_e8m0fnu",
+              # graphrt's own codes: safetensors' F4 packs two values a byte, and it has no
+              # 4-bit or 2-bit integers; these hold one value a byte, as graphrt does in memory.
+              "F4_E2M1FN_U8": "float4_e2m1fn", "I4_U8": "int4", "U4_U8": "uint4",
+              "I2_U8": "int2", "U2_U8": "uint2"}.items() if name in LOW_PRECISION}}
 _NAMES = {name: code for code, name in _CODES.items()}
 _LENGTH = struct.Struct("<Q")
 _METADATA = "__metadata__"

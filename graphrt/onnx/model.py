@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ConversionError, abridge, argument_error, describe
 from ..files import open_regular, read_regular
+from ..schema.dtypes import LOW_PRECISION, parse_dtype
 
 __all__ = [
     "MAX_OPSET",
@@ -57,14 +58,23 @@ def require_onnx() -> Any:
 _DTYPES: dict[int, str] = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
     9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
+    **{code: name for code, name in {
+        17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2", 20: "float8_e5m2fnuz",
+        21: "uint4", 22: "int4", 23: "float4_e2m1fn", 24: "float8_e8m0fnu", 25: "uint2",
+        26: "int2"}.items() if name in LOW_PRECISION},  # those the installed ml_dtypes has
 }
+
+_PACKED_BITS: dict[int, int] = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}
+"""Bits per element of the ONNX types a TensorProto packs several to a byte (UINT4, INT4,
+FLOAT4E2M1, UINT2, INT2); graphrt unpacks them to one byte each when it reads them."""
 
 
 def dtype_name(elem_type: int, where: str) -> str:
-    """The graphrt dtype of an ONNX element type.
+    """The graphrt dtype of an ONNX element type (FLOAT8E4M3FN is ``"float8_e4m3fn"``, INT4
+    ``"int4"``: ml_dtypes' names).
 
     Raises:
-        ConversionError: a type graphrt has no dtype for (string, complex, float8, int4, ...).
+        ConversionError: a type graphrt has no dtype for (string, complex, float6, ...).
     """
     name = _DTYPES.get(elem_type)
     if name is None:
@@ -79,9 +89,10 @@ def dtype_name(elem_type: int, where: str) -> str:
 
 
 def to_array(tensor: Any, where: str) -> np.ndarray[Any, Any]:
-    """A TensorProto as a numpy array of a graphrt dtype (a copy it owns)."""
+    """A TensorProto as a numpy array of a graphrt dtype (a copy it owns): float8, float4,
+    int4 and int2 tensors as ml_dtypes arrays, one element a byte (packed ones unpacked)."""
     onnx = require_onnx()
-    dtype_name(tensor.data_type, where)
+    name = dtype_name(tensor.data_type, where)
     try:
         array = onnx.numpy_helper.to_array(tensor)
     except Exception as err:  # onnx raises ValueError, TypeError, ... on malformed tensors
@@ -91,6 +102,11 @@ def to_array(tensor: Any, where: str) -> np.ndarray[Any, Any]:
 
         if array.dtype != ml_dtypes.bfloat16:
             array = array.view(ml_dtypes.bfloat16)
+    elif name in LOW_PRECISION and array.dtype != parse_dtype(name).numpy:
+        # onnx < 1.18 gives float32 values or raw codes in dtypes of its own
+        raise ConversionError(f"{where}: tensor {tensor.name!r} is {name}, which onnx "
+                              f"{onnx.__version__} reads as {array.dtype}: reading it needs "
+                              "onnx >= 1.18 (ml_dtypes arrays)")
     return np.array(array, copy=True)
 
 
@@ -267,7 +283,8 @@ def _load_external_data(proto: Any, folder: Path | None, source: str) -> None:
             if dim < 0:
                 raise ConversionError(f"{where}: its shape {list(tensor.dims)} is negative")
             count *= int(dim)
-        need = count * dtype.itemsize
+        bits = _PACKED_BITS.get(tensor.data_type)
+        need = count * dtype.itemsize if bits is None else (count * bits + 7) // 8
         if info.length and int(info.length) != need:
             raise ConversionError(f"{where}: its length {info.length} is not the {need} bytes "
                                   f"of its shape {list(tensor.dims)} and dtype {dtype.name}")

@@ -12,8 +12,8 @@ import numpy as np
 
 from ..errors import describe
 
-__all__ = ["MAX_NDIM", "DType", "dims_problem", "dtype_from_code", "dtype_of", "parse_dtype",
-           "shape_problem"]
+__all__ = ["LOW_PRECISION", "MAX_NDIM", "DType", "dims_problem", "dtype_from_code", "dtype_of",
+           "parse_dtype", "shape_problem"]
 
 MAX_NDIM = 64
 """The most dimensions a numpy array (and so a tensor) may have."""
@@ -21,6 +21,18 @@ _INTP_MAX = 2**63 - 1
 
 # DLPack type codes.
 INT, UINT, FLOAT, BFLOAT, BOOL = 0, 1, 2, 4, 6
+# DLPack 1.1's codes of the low-precision floats (each its own code, bits 8 or 4).
+FLOAT8_E4M3FN, FLOAT8_E4M3FNUZ, FLOAT8_E5M2, FLOAT8_E5M2FNUZ, FLOAT8_E8M0FNU = 10, 11, 12, 13, 14
+FLOAT4_E2M1FN = 17
+
+LOW_PRECISION: tuple[str, ...] = tuple(name for name in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn", "int4", "uint4", "int2", "uint2") if hasattr(ml_dtypes, name))
+"""The float8, float4, 4-bit and 2-bit integer types (ONNX's FLOAT8E4M3FN ... INT2), whose
+numpy dtypes come from ml_dtypes; numpy itself cannot compute in them. Those the installed
+ml_dtypes has: float8_e8m0fnu, float4_e2m1fn, int2 and uint2 need ml_dtypes 0.5."""
+
+_ML_DTYPES = frozenset({"bfloat16", *LOW_PRECISION})
 
 
 @dataclass(frozen=True)
@@ -28,10 +40,16 @@ class DType:
     """One scalar data type, as graphs, params blobs and DLPack describe it.
 
     Attributes:
-        name: the ``dltype`` string (``"float32"``, ``"bool"``, ...).
-        code: DLPack type code (0 int, 1 uint, 2 float, 4 bfloat); bool is uint with 1 bit,
-            as TVM writes it.
-        bits: bits per element as DLPack counts them (1 for bool).
+        name: the ``dltype`` string (``"float32"``, ``"bool"``, ``"float8_e4m3fn"``, ...).
+        code: DLPack type code (0 int, 1 uint, 2 float, 4 bfloat, 10 to 14 the float8
+            types, 17 float4_e2m1fn); bool is uint with 1 bit, as TVM writes it, and
+            int4/uint4/int2/uint2 are int or uint with 4 or 2 bits.
+        bits: bits per element as DLPack counts them (1 for bool, 4 for int4, uint4 and
+            float4_e2m1fn, 2 for int2 and uint2).
+
+    Sub-byte types (bool, the 4-bit and the 2-bit ones) take one whole byte per element in
+    memory, in params blobs and in bundles: ml_dtypes' numpy representation, unpacked (an
+    ONNX tensor's packed nibbles are unpacked when the model is read).
     """
 
     name: str
@@ -40,14 +58,16 @@ class DType:
 
     @property
     def itemsize(self) -> int:
-        """Bytes one element occupies in memory (a bool takes a whole byte)."""
+        """Bytes one element occupies in memory (a bool, an int4 or a float4 takes a whole
+        byte)."""
         return (self.bits + 7) // 8
 
     @cached_property
     def numpy(self) -> np.dtype[np.generic]:
-        """The numpy dtype of this type (bfloat16 comes from ml_dtypes)."""
-        if self.name == "bfloat16":
-            return np.dtype(ml_dtypes.bfloat16)  # type: ignore[no-any-return]
+        """The numpy dtype of this type (bfloat16 and the low-precision types come from
+        ml_dtypes)."""
+        if self.name in _ML_DTYPES:
+            return np.dtype(getattr(ml_dtypes, self.name))  # type: ignore[no-any-return]
         return np.dtype(self.name)
 
     def __str__(self) -> str:
@@ -60,6 +80,12 @@ _DTYPES: dict[str, DType] = {
     **{f"float{b}": DType(f"float{b}", FLOAT, b) for b in (16, 32, 64)},
     **{f"int{b}": DType(f"int{b}", INT, b) for b in (8, 16, 32, 64)},
     **{f"uint{b}": DType(f"uint{b}", UINT, b) for b in (8, 16, 32, 64)},
+    **{d.name: d for d in (
+        DType("float8_e4m3fn", FLOAT8_E4M3FN, 8), DType("float8_e4m3fnuz", FLOAT8_E4M3FNUZ, 8),
+        DType("float8_e5m2", FLOAT8_E5M2, 8), DType("float8_e5m2fnuz", FLOAT8_E5M2FNUZ, 8),
+        DType("float8_e8m0fnu", FLOAT8_E8M0FNU, 8), DType("float4_e2m1fn", FLOAT4_E2M1FN, 4),
+        DType("int4", INT, 4), DType("uint4", UINT, 4), DType("int2", INT, 2),
+        DType("uint2", UINT, 2)) if d.name in LOW_PRECISION},
 }
 _BY_CODE: dict[tuple[int, int], DType] = {(d.code, d.bits): d for d in _DTYPES.values()}
 _BY_CODE[(BOOL, 8)] = _DTYPES["bool"]  # DLPack >= 0.8 spells bool as kDLBool, 8 bits

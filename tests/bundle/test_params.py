@@ -408,10 +408,10 @@ def test_bad_ndim(ndim: int) -> None:
     [
         (2, 32, 4),  # vector type
         (2, 32, 0),
-        (2, 8, 1),  # float8 is not supported
+        (2, 8, 1),  # float with 8 bits: the float8 types have codes of their own
         (2, 128, 1),
         (0, 1, 1),  # int1
-        (0, 4, 1),
+        (0, 3, 1),  # int3 (int4 and int2 are supported)
         (1, 0, 1),
         (3, 32, 1),  # opaque handle
         (4, 32, 1),  # bfloat32

@@ -65,9 +65,7 @@ EXCLUDED_OPS = {op: reason for reason, ops in _FAMILIES.items() for op in ops}
 # Element types graphrt has no dtype for.
 _MISSING_TYPES = {
     getattr(onnx.TensorProto, name): name
-    for name in ("STRING", "COMPLEX64", "COMPLEX128", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ",
-                 "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0", "UINT4", "INT4", "FLOAT4E2M1",
-                 "UINT2", "INT2")
+    for name in ("STRING", "COMPLEX64", "COMPLEX128")
     if hasattr(onnx.TensorProto, name)}
 
 EXCLUDED: dict[str, str] = {

@@ -443,9 +443,9 @@ def test_dynamic_quantize_linear(data: np.ndarray) -> None:
 
 def test_quant_errors_name_the_node_and_type() -> None:
     x = TIES
-    with pytest.raises(ConversionError, match=r"my_quantizelinear.*FLOAT8E4M3FN"):
+    with pytest.raises(ConversionError, match=r"my_quantizelinear.*FLOAT6E2M3"):
         graphrt.from_onnx(make_model("QuantizeLinear", {"x": x}, {"s": np.array(1.0, "f4")},
-                                     21, output_dtype=TensorProto.FLOAT8E4M3FN))
+                                     25, output_dtype=TensorProto.FLOAT6E2M3))
     with pytest.raises(ConversionError, match=r"my_quantizelinear.*per-axis scales need"):
         graphrt.from_onnx(make_model("QuantizeLinear", {"x": x.reshape(2, 5)},
                                      {"s": np.ones(2, "f4")}, 10))

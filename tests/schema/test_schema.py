@@ -482,7 +482,7 @@ MALFORMED: list[Any] = [
     *[pytest.param(column("dltype", 3, bad),
                    rf"entry 3 \(output 0 of node 3 'split0'\): unsupported dtype '{bad}' "
                    r"\(supported: .*float32", id=f"dltype_{bad}")
-      for bad in ("float8", "int4", "float32x4", "")],
+      for bad in ("float8", "int3", "float32x4", "")],
     pytest.param(column("dltype", 1, 32),
                  r"attrs column 'dltype' entry 1: Input should be a valid string",
                  id="dltype_not_a_string"),

@@ -31,9 +31,9 @@ class CudaProvider:
 
     name = "cuda"
 
-    UNSUPPORTED = frozenset({"cast_bfloat16"})
-    """Ops whose reference cupy cannot run (it has no bfloat16): placement keeps them on a
-    host device."""
+    UNSUPPORTED = frozenset({"cast_bfloat16", "cast_low_precision"})
+    """Ops whose reference cupy cannot run (it has no bfloat16, float8, int4, ...): placement
+    keeps them on a host device."""
 
     CUBLAS = frozenset({"dense", "matmul", "batch_matmul", "conv", "conv2d", "conv_transpose",
                         "conv2d_transpose", "einsum", "attention", "col2im", "rnn", "gru",

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...ops import OpError, TensorType, get_op
+from ...schema.dtypes import LOW_PRECISION
 from ..builder import Builder
 from ..model import OnnxNode, dtype_name
 from ..registry import converter
@@ -393,10 +394,24 @@ def _identity(b: Builder, n: OnnxNode) -> list[str]:
     return [x]
 
 
+_ROUND_MODES = ("up", "down", "nearest")
+
+
 def _cast(b: Builder, n: OnnxNode, x: str, dtype: str) -> list[str]:
+    """``x`` as ``dtype``; to or from a low-precision type (float8, float4, int4, int2) with the
+    node's ``saturate`` (opset 19, float8 targets) and ``round_mode`` (opset 24,
+    float8_e8m0fnu targets)."""
     source = b.dtype(x)
     if source == dtype:
         return [x]
+    if source in LOW_PRECISION or dtype in LOW_PRECISION:
+        saturate = int(n.attr("saturate", 1)) if n.opset >= 19 else 1
+        round_mode = str(n.attr("round_mode", "up")) if n.opset >= 24 else "up"
+        if round_mode not in _ROUND_MODES:
+            raise n.fail(f"round_mode must be one of {', '.join(_ROUND_MODES)}, given "
+                         f"{round_mode!r}")
+        return b.op("cast_low_precision", [x], {"dtype": dtype, "saturate": bool(saturate),
+                                                "round_mode": round_mode})
     if (source == BF16 and dtype == "bool") or (source == "bool" and dtype == BF16):
         return [cast_to(b, cast_to(b, x, "float32"), dtype)]
     return [cast_to(b, x, dtype)]
