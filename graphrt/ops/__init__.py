@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (registration)
     data_shapes,
     elementwise,
     indexing,
+    integer_linear,
     nn,
     normalization,
     pooling,

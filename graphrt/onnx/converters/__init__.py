@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (registration)
     data_shapes,
     elementwise,
     gradient,
+    integer_linear,
     nn,
     quant,
     recurrent,
