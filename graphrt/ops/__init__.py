@@ -28,6 +28,7 @@ from . import (  # noqa: F401  (registration)
     reductions,
     resize,
     shape_vars,
+    signal,
     transform,
 )
 from .base import (

@@ -52,8 +52,6 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "random number generation: outputs are not reproducible": (
         "Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform",
         "RandomUniformLike", "Multinomial"),
-    "signal processing and complex numbers": (
-        "DFT", "STFT", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix"),
     "image decoding": ("ImageDecoder",),
     "the ai.onnx.ml domain (classical ML)": (
         "ai.onnx.ml.TreeEnsemble", "ai.onnx.ml.ArrayFeatureExtractor", "ai.onnx.ml.Binarizer",

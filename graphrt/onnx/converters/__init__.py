@@ -13,5 +13,6 @@ from . import (  # noqa: F401  (registration)
     reduce,
     resize,
     sequence,
+    signal,
     tensor,
 )
