@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (registration)
     elementwise,
     indexing,
     integer_linear,
+    linear_attention,
     nn,
     normalization,
     pooling,
@@ -30,6 +31,7 @@ from . import (  # noqa: F401  (registration)
     shape_vars,
     signal,
     transform,
+    vision,
 )
 from .base import (
     OPS,

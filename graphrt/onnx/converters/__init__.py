@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (registration)
     elementwise,
     gradient,
     integer_linear,
+    llm,
     nn,
     quant,
     recurrent,
@@ -15,4 +16,5 @@ from . import (  # noqa: F401  (registration)
     sequence,
     signal,
     tensor,
+    vision,
 )
