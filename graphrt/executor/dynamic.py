@@ -73,6 +73,8 @@ class DynamicRunner:
         self._actual: dict[int, tuple[int, ...] | None] = {
             eid: self.graph.entries[eid].shape for eid in self.dynamic_eids}
         self._memory: dict[int, Array] = {}  # alias group root -> caller's array (inputs)
+        self._entry_stage = {eid: stage for stage, eids in
+                             enumerate(self.shapes.stage_entries) for eid in eids}
         self.staging = {node.nid: self._stage(node) for node in self.shapes.nodes}
         self.stages = {node.nid: ShapeStage(self, node) for node in self.shapes.nodes}
         self._copies = [(p.eids[0], self.plan.entry_device[p.eids[0]],
@@ -155,7 +157,10 @@ class DynamicRunner:
                 arrays[eid] = memory.reshape(shape)
             self._actual[eid] = shape
         assert self.table is not None
-        self.table.rebind(arrays)
+        self.table.rebind(arrays, defer=True)
+        # a step is prepared once every entry it reads or writes has this run's shape: a
+        # node after two data-dependent ones waits for the second
+        self.table.flush(lambda eids: all(self._entry_stage.get(e, 0) <= stage for e in eids))
 
     # -- running ---------------------------------------------------------------------------
 
@@ -172,8 +177,7 @@ class DynamicRunner:
             self._last_inputs = None  # until the inputs' stage is applied
             self.env = self.shapes.bind_inputs(key, self.graph.input_names)
             try:
-                self._apply(0)
-                self.table.flush()  # the steps rebinding deferred, at this run's shapes
+                self._apply(0)  # (the steps rebinding deferred, at this run's shapes)
             except GraphrtError:  # the input's own errors, or graphrt's planning failing
                 raise
             except Exception as err:

@@ -187,12 +187,16 @@ class StepTable:
             self.steps[index] = self._specs[index].prepare(self.views)
         self.version += bool(touched)
 
-    def flush(self) -> None:
-        """Re-prepare the steps :meth:`rebind` deferred."""
-        for index in self._stale:
+    def flush(self, ready: Callable[[tuple[int, ...]], bool] | None = None) -> None:
+        """Re-prepare the steps :meth:`rebind` deferred; with ``ready``, only those whose
+        entries it accepts (the others stay deferred: a dynamic graph's entries take their
+        shapes stage by stage, and a step is prepared once all of its have theirs)."""
+        chosen = [index for index in self._stale
+                  if ready is None or ready(self._specs[index].eids)]
+        for index in chosen:
             self.steps[index] = self._specs[index].prepare(self.views)
-        self.version += bool(self._stale)
-        self._stale.clear()
+        self.version += bool(chosen)
+        self._stale.difference_update(chosen)
 
     def set_tail(self, tail: Sequence[tuple[Step, int]]) -> None:
         """Make ``tail`` the steps that run after the body (copies into bound outputs), each

@@ -7,7 +7,9 @@ images' worth, so batch 3 of a MobileNetV2 bounded at 8 needs more than batch 8 
 at the bounds alone then failed runs inside the bounds. Here every intermediate is sized to the
 largest it becomes over the node's admissible shapes, found at ``create()`` (and so by
 ``validate``): every assignment of the node's shape variables when there are at most
-:data:`EXHAUSTIVE` of them, else every value of each variable with the others at their bounds.
+:data:`EXHAUSTIVE` of them, else every value of each variable with the others at their bounds
+(a variable of more than :data:`SWEPT` values, such as a count a data-dependent op finds, at
+its first and last 64 values and the powers of two between).
 
 Example:
     >>> EXHAUSTIVE
@@ -29,14 +31,32 @@ from ..ops import OpError
 from ..schema import Graph, Node
 from ..schema.symbolic import Expr, ShapeVar
 
-__all__ = ["EXHAUSTIVE", "widest_scratch"]
+__all__ = ["EXHAUSTIVE", "SWEPT", "widest_scratch"]
 
 EXHAUSTIVE = 4096
 """The most assignments of a node's shape variables tried one by one."""
 
 
+SWEPT = 256
+"""A variable with more values than this (a data-dependent count up to thousands, say) is
+swept at its first and last 64 values and the powers of two between, not at every value."""
+
+
+def _values(var: ShapeVar) -> list[int]:
+    low, high = max(var.min, 0), var.max
+    if high - low < SWEPT:
+        return list(range(low, high + 1))
+    chosen = {*range(low, low + 64), *range(high - 63, high + 1)}
+    power = 1
+    while power < high:
+        if power > low:
+            chosen.add(power)
+        power *= 2
+    return sorted(chosen)
+
+
 def _assignments(variables: list[ShapeVar]) -> Iterator[dict[str, int]]:
-    ranges = [range(max(var.min, 0), var.max + 1) for var in variables]
+    ranges = [_values(var) for var in variables]
     if prod(len(r) for r in ranges) <= EXHAUSTIVE:
         for values in itertools.product(*ranges):
             yield dict(zip((var.name for var in variables), values, strict=True))

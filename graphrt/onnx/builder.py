@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from ..errors import ConversionError, abridge
 from ..ops import OpError, TensorType, get_op
 from ..schema.dtypes import MAX_NDIM, parse_dtype
-from .symint import SymInt, has_symbols
+from .symint import SymInt, has_symbols, sym_max, sym_min
 
 __all__ = ["Builder", "ConvertedStep", "TensorType"]
 
@@ -387,8 +387,11 @@ class Builder:
         if any(self.constants[out].dtype.kind not in "iu" for out in outputs):
             return
         arrays = [self.shape_values.get(name, self.constants[name]) for name in inputs]
+        picked = _PICKS.get(op_name if op_name != "reduce" else f"reduce_{attrs.kind}")
         if op_name == "cast":
             results = [arrays[0].copy()]
+        elif picked is not None:  # min and max choose an operand: keep it as min(a, b)
+            results = [_pick_symbolic(picked, op_name, attrs, arrays)]
         else:
             results = [np.empty(self.constants[out].shape, dtype=object) for out in outputs]
             try:
@@ -406,6 +409,23 @@ class Builder:
                 same = False
             if same and any(isinstance(v, SymInt) for v in result.reshape(-1)):
                 self.shape_values[out] = result
+
+
+_PICKS = {"minimum": sym_min, "maximum": sym_max, "reduce_min": sym_min,
+          "reduce_max": sym_max}
+
+
+def _pick_symbolic(pick: Any, op_name: str, attrs: Any, arrays: Sequence[Array]) -> Array:
+    """``minimum``/``maximum`` (broadcasting) or a ``min``/``max`` reduction of object arrays,
+    each choice made with :func:`sym_min`/:func:`sym_max`."""
+    ufunc = np.frompyfunc(pick, 2, 1)
+    if op_name != "reduce":
+        return np.asarray(ufunc(*[np.asarray(a, dtype=object) for a in arrays]), dtype=object)
+    result = np.asarray(arrays[0], dtype=object)
+    axes = range(result.ndim) if attrs.axes is None else [a % result.ndim for a in attrs.axes]
+    for axis in sorted(axes, reverse=True):
+        result = ufunc.reduce(result, axis=axis, keepdims=bool(attrs.keepdims))
+    return np.asarray(result, dtype=object)
 
 
 def _nested(value: Any) -> Any:

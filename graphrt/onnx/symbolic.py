@@ -197,34 +197,153 @@ def _traced(value: Any, values: Sequence[Any], points: Sequence[Mapping[str, int
         return False
 
 
-def _symbolic_target(b: Builder, index: int, op: str) -> None:
-    """Make step ``index`` (a reshape or broadcast_to whose target follows the variables) its
-    symbolic twin: the target as expressions, each variable read from the shape of a value
-    that has it as a whole dimension (the step's input, else an earlier value or a graph
-    input)."""
+def _refs(b: Builder, index: int, texts: Any, first: int) -> tuple[list[str],
+                                                                    dict[str, list[int]]]:
+    """The values whose shapes give the variables ``texts`` uses (nested lists of ints and
+    expressions), for step ``index``: each variable read from a value before the step that has
+    it as a whole dimension (the step's first input, else the latest earlier value, else a
+    graph input); ``dims`` numbers them from input ``first``."""
     step = b.steps[index]
-    target = b.types[step.outputs[0]].shape  # a reshape's 0 and -1 resolved
-    texts = [symbolic_text(d) for d in target]
-    needed = sorted(set().union(*(parse_dim(t).variables for t in texts if isinstance(t, str))))
+    flat: list[Any] = []
+    todo = [texts]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, list | tuple):
+            todo.extend(item)
+        else:
+            flat.append(item)
+    needed = sorted(set().union(*(parse_dim(t).variables for t in flat if isinstance(t, str))))
     refs: list[str] = []
     dims: dict[str, list[int]] = {}
     earlier = [step.inputs[0], *(out for s in reversed(b.steps[:index]) for out in s.outputs),
                *b.inputs]
     for var in needed:
-        found = next(((value, axis) for value in earlier for axis, d in
+        found = next(((value, axis) for value in earlier if value in b.types for axis, d in
                       enumerate(b.types[value].shape)
                       if isinstance(d, SymInt) and d.poly == (((var,), 1),)), None)
         if found is None:
-            raise ConversionError(f"{step.source}: the target shape of {step.op} "
-                                  f"{[symbolic_text(d) for d in target]} uses {var!r}, which "
-                                  "no value before it has as a whole dimension")
+            raise ConversionError(f"{step.source}: op {step.op} depends on {var!r}, which no "
+                                  "value before it has as a whole dimension")
         value, axis = found
         if value not in refs:
             refs.append(value)  # the step's own input too: input 0 is the one moved
-        dims[var] = [1 + refs.index(value), axis]
+        dims[var] = [first + refs.index(value), axis]
+    return refs, dims
+
+
+def _symbolic_target(b: Builder, index: int, op: str) -> None:
+    """Make step ``index`` (a reshape or broadcast_to whose target follows the variables) its
+    symbolic twin: the target as expressions, each variable read from a value's shape."""
+    step = b.steps[index]
+    texts = [symbolic_text(d) for d in b.types[step.outputs[0]].shape]  # 0 and -1 resolved
+    refs, dims = _refs(b, index, texts, 1)
     step.op = op
     step.inputs = [step.inputs[0], *refs]
     step.attrs = {"shape": texts, "dims": dims}
+
+
+def _same_size(a: int, b: SymInt) -> bool:
+    return isinstance(a, SymInt) and a.poly == b.poly
+
+
+def _relative_reshape(b: Builder, step: ConvertedStep) -> list[int] | None:
+    """A reshape target for ``step`` that copies (``0``) each traced dimension the input has
+    at the same position and infers (``-1``) at most one other, or None."""
+    source, shape = b.types[step.inputs[0]].shape, b.types[step.outputs[0]].shape
+    target: list[int] = []
+    free = []
+    for p, d in enumerate(shape):
+        if not isinstance(d, SymInt):
+            if int(d) == 0:
+                return None  # a 0 would read as "copy"
+            target.append(int(d))
+        elif p < len(source) and _same_size(source[p], d):
+            target.append(0)
+        else:
+            free.append(p)
+            target.append(-1)
+    return target if len(free) <= 1 else None
+
+
+def _template(value: Any) -> Any:
+    """An attribute with each traced size written as its expression."""
+    if isinstance(value, SymInt):
+        return value.text
+    if isinstance(value, list | tuple):
+        return [_template(v) for v in value]
+    return value
+
+
+def _with_shape_vars(b: Builder, index: int) -> None:
+    """Make step ``index``, whose attributes hold traced sizes, ``with_shape_vars`` around
+    its op: the attributes written in the variables, resolved per run from inputs' shapes."""
+    step = b.steps[index]
+    attrs = {key: _template(value) for key, value in step.attrs.items()}
+    refs, dims = _refs(b, index, list(attrs.values()), len(step.inputs))
+    step.attrs = {"op": step.op, "attrs": attrs, "dims": dims, "inputs": len(step.inputs),
+                  "outputs": len(step.outputs)}
+    step.op = "with_shape_vars"
+    step.inputs = [*step.inputs, *refs]
+
+
+def _symbolize(b: Builder, index: int) -> None:
+    """Write step ``index``'s traced attributes in the variables (its attributes are known to
+    agree with every conversion)."""
+    step = b.steps[index]
+    if step.op == "reshape":
+        relative = _relative_reshape(b, step)
+        if relative is not None:
+            step.attrs["newshape"] = relative
+        else:
+            _symbolic_target(b, index, "reshape_symbolic")
+    elif step.op == "broadcast_to":
+        _symbolic_target(b, index, "broadcast_to_symbolic")
+    else:
+        _with_shape_vars(b, index)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return int(value) if isinstance(value, SymInt) else value
+
+
+def _attributes(b: Builder, built: Sequence[tuple[Builder, list[str]]],
+                points: Sequence[Mapping[str, int]]) -> None:
+    """Settle every step's attributes: the same at every conversion, or traced sizes, which
+    become relative or symbolic reshape targets or ``with_shape_vars``.
+
+    Raises:
+        ConversionError: an attribute that changes with the variables untraced.
+    """
+    for index, step in enumerate(b.steps):
+        symbolic = False
+        for key, value in list(step.attrs.items()):
+            values = [other.steps[index].attrs.get(key) for other, _ in built]
+            same = all(v == value for v in values)
+            if same and not has_symbols(value):
+                continue
+            traced = _traced(value, values, points)
+            if step.op == "reshape" and key == "newshape":
+                relative = _relative_reshape(b, step) if traced else None
+                if relative is not None:
+                    step.attrs[key] = relative
+                elif not traced:
+                    step.attrs[key] = _rewrite_reshape(
+                        b, index, [list(v or ()) for v in values],
+                        [other.types[step.inputs[0]].shape for other, _ in built], points)
+                else:
+                    _symbolic_target(b, index, "reshape_symbolic")
+                break
+            if step.op == "broadcast_to" and key == "shape" and traced:
+                _symbolic_target(b, index, "broadcast_to_symbolic")
+                break
+            if not traced:
+                raise _differ(step.source, f"attribute {key!r} of op {step.op!r} "
+                              f"({_plain(value)!r})", points)
+            symbolic = True
+        if symbolic and step.op not in ("reshape_symbolic", "broadcast_to_symbolic"):
+            _with_shape_vars(b, index)
 
 
 def generalize(points: Sequence[Mapping[str, int]],
@@ -251,26 +370,7 @@ def generalize(points: Sequence[Mapping[str, int]],
             if (mine.op, mine.inputs, mine.outputs) != (theirs.op, theirs.inputs,
                                                         theirs.outputs):
                 raise _differ(mine.source, f"op {mine.op!r}", points)
-    for index, step in enumerate(b.steps):
-        for key, value in list(step.attrs.items()):
-            values = [other.steps[index].attrs.get(key) for other, _ in built]
-            if all(v == value for v in values):
-                continue
-            traced = _traced(value, values, points)
-            if step.op == "reshape" and key == "newshape":
-                try:
-                    step.attrs[key] = _rewrite_reshape(
-                        b, index, [list(v or ()) for v in values],
-                        [other.types[step.inputs[0]].shape for other, _ in built], points)
-                except ConversionError:
-                    if not traced:
-                        raise
-                    _symbolic_target(b, index, "reshape_symbolic")
-            elif step.op == "broadcast_to" and key == "shape" and traced:
-                _symbolic_target(b, index, "broadcast_to_symbolic")
-            else:
-                raise _differ(step.source, f"attribute {key!r} of op {step.op!r} "
-                              f"({value!r})", points)
+    _attributes(b, built, points)
     used = {name for step in b.steps for name in step.inputs} | set(outputs)
     relevant = used | set(b.inputs) | {out for step in b.steps for out in step.outputs}
     dims: dict[str, tuple[int | str, ...]] = {}
@@ -280,9 +380,15 @@ def generalize(points: Sequence[Mapping[str, int]],
             dims[name] = found
     pending = []
     for name in sorted(used & set(b.constants)):
-        if all(_same(other.constants.get(name), b.constants[name]) for other, _ in built[1:]):
+        shape = b.types[name].shape
+        if all(_same(other.constants.get(name), b.constants[name]) for other, _ in built[1:]
+               ) and not has_symbols(shape):
             continue
-        if name in outputs or not _crop_by_reference(b, built, name, dims):
+        # a table sized by what a data-dependent op found was computed at one size only: no
+        # other conversion shows it is a prefix of the largest, so it is made per run
+        by_data = any(isinstance(d, SymInt) and d.variables & b.data_vars.keys()
+                      for d in shape)
+        if name in outputs or by_data or not _crop_by_reference(b, built, name, dims):
             pending.append(name)
     if pending:
         _materialize(b, built, points, varying, pending, dims)
@@ -351,8 +457,8 @@ def _materialize(b: Builder, built: Sequence[tuple[Builder, list[str]]],
                 found = _dims_of(out, built, points, varying)
                 if found is not None:
                     dims[out] = found
-            if step.op in ("reshape", "broadcast_to") and has_symbols(step.attrs):
-                _symbolic_target(b, index, f"{step.op}_symbolic")
+            if has_symbols(list(step.attrs.values())):
+                _symbolize(b, index)
 
 
 def _chain(b: Builder, built: Sequence[tuple[Builder, list[str]]],

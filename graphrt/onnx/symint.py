@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from numbers import Integral
 from typing import Any
 
-__all__ = ["SymInt", "expression", "has_symbols", "symbolic_text"]
+__all__ = ["SymInt", "expression", "has_symbols", "sym_max", "sym_min", "symbolic_text"]
 
 Monomial = tuple[str, ...]
 """Sorted factor names (a name repeated for a power); ``()`` is the constant term."""
@@ -128,7 +128,10 @@ class SymInt(int):
 
     @property
     def variables(self) -> frozenset[str]:
-        return frozenset(f for m, _ in self.poly for f in m if not f.startswith("("))
+        """The shape variables the expression reads."""
+        from ..schema.symbolic import parse_dim
+
+        return parse_dim(self.text).variables
 
     def __reduce__(self) -> Any:  # copies and pickles keep the expression
         return (SymInt, (int(self), self.poly))
@@ -203,6 +206,31 @@ def _factor_text(value: int) -> str:
     """``value``'s expression, parenthesized unless it is a number or a bare variable."""
     bare = not isinstance(value, SymInt) or value.poly == (((value.text,), 1),)
     return expression(value) if bare else f"({expression(value)})"
+
+
+def _pick(function: str, a: int, b: int) -> int:
+    value = min(int(a), int(b)) if function == "min" else max(int(a), int(b))
+    if not isinstance(a, SymInt) and not isinstance(b, SymInt):
+        return value
+    if _poly_of(a) == _poly_of(b):
+        return a
+    first, second = sorted((expression(a), expression(b)))
+    return _make(value, {(f"{function}({first}, {second})",): 1})
+
+
+def sym_min(a: int, b: int) -> int:
+    """``min(a, b)``, keeping the expression when either is traced (``min(300, count)``).
+
+    Example:
+        >>> sym_min(300, SymInt.variable("count", 3000)).text
+        'min(300, count)'
+    """
+    return _pick("min", a, b)
+
+
+def sym_max(a: int, b: int) -> int:
+    """``max(a, b)``, keeping the expression when either is traced."""
+    return _pick("max", a, b)
 
 
 def expression(value: int) -> str:

@@ -1,6 +1,8 @@
 """Standard ops for shapes that follow the graph's shape variables: ``reshape_symbolic`` and
-``broadcast_to_symbolic`` (a target written in the variables), ``shape_of`` (a tensor's shape
-as data) and ``arange`` (``Range`` with tensor bounds, whose length is data dependent).
+``broadcast_to_symbolic`` (a target written in the variables), ``with_shape_vars`` (any op
+whose attributes are written in them: a ``topk`` of ``k = min(300, count)``), ``shape_of``
+(a tensor's shape as data) and ``arange`` (``Range`` with tensor bounds, whose length is data
+dependent).
 
 A model with symbolic input dimensions computes shapes from them (``batch * heads``, a mask of
 ``[batch, 1, seq, seq]``). ``reshape`` and ``broadcast_to`` take a fixed target, so they cannot
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..schema.symbolic import Expr, parse_dim
-from .base import Attrs, OpDef, OpError, TensorType, broadcast, register_op
+from .base import OPS, Attrs, OpDef, OpError, TensorType, broadcast, register_op
 
 __all__: list[str] = []
 
@@ -170,6 +172,62 @@ def _arange_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         xp.add(out, inputs[0].reshape(()), out=out)
 
 
+class WithShapeVarsAttrs(Attrs):
+    """``op`` with attributes ``attrs`` in which some ints are dimension expressions
+    (``{"k": "min(300, count)"}``), resolved from the shapes of the inputs after the op's own
+    ``inputs`` (``dims``: variable → ``(input, axis)``); ``outputs``: the op's output count."""
+
+    op: str
+    attrs: dict[str, Any]
+    dims: dict[str, tuple[int, int]]
+    inputs: int
+    outputs: int
+
+
+def _resolve(value: Any, env: dict[str, int]) -> Any:
+    if isinstance(value, str):
+        return _parse(value).evaluate(env)
+    if isinstance(value, list):
+        return [_resolve(v, env) for v in value]
+    return value
+
+
+def _resolved(types_or_shapes: Sequence[tuple[int, ...]], attrs: WithShapeVarsAttrs
+              ) -> tuple[OpDef, Any]:
+    """The wrapped op and its attributes with every expression evaluated."""
+    op = OPS.get(attrs.op)
+    if op is None:
+        raise OpError(f"with_shape_vars: unknown op {attrs.op!r}")
+    env = {}
+    for var, (index, axis) in attrs.dims.items():
+        if not attrs.inputs <= index < len(types_or_shapes) or not (
+                -len(types_or_shapes[index]) <= axis < len(types_or_shapes[index])):
+            raise OpError(f"with_shape_vars: variable {var!r} reads axis {axis} of input "
+                          f"{index}, which does not exist")
+        env[var] = types_or_shapes[index][axis]
+    try:
+        values = {key: _resolve(value, env) for key, value in attrs.attrs.items()}
+        return op, op.attrs.model_validate(values)
+    except (KeyError, ValueError, ZeroDivisionError) as err:
+        raise OpError(f"with_shape_vars: the attributes {attrs.attrs} of {attrs.op!r} cannot "
+                      f"be evaluated at {env}: {err}") from None
+
+
+def _with_vars_infer(types: Sequence[TensorType], attrs: WithShapeVarsAttrs,
+                     data: Sequence[Any]) -> list[TensorType]:
+    op, resolved = _resolved([t.shape for t in types], attrs)
+    return op.infer(types[:attrs.inputs], resolved, data[:attrs.inputs])
+
+
+def _with_vars_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                       attrs: WithShapeVarsAttrs) -> None:
+    op, resolved = _resolved([x.shape for x in inputs], attrs)
+    op.compute(xp, inputs[:attrs.inputs], outputs, resolved)
+
+
+register_op(OpDef(name="with_shape_vars", attrs=WithShapeVarsAttrs, arity=None,
+                  infer=_with_vars_infer, compute=_with_vars_compute,
+                  num_outputs=lambda attrs: attrs.outputs))
 register_op(OpDef(name="shape_of", attrs=ShapeOfAttrs, arity=1, infer=_shape_of_infer,
                   compute=_shape_of_compute))
 register_op(OpDef(name="arange", attrs=ArangeAttrs, arity=3, infer=_arange_infer,

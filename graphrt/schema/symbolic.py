@@ -2,7 +2,8 @@
 
 A graph may give any dimension of its ``shape`` column as a string instead of an int. The
 string is parsed here, never evaluated by Python: the grammar is integers, variable names,
-``+``, ``-``, ``*``, ``//`` and parentheses. Every variable must be declared with bounds in the
+``+``, ``-``, ``*``, ``//``, parentheses and ``min(a, b)`` / ``max(a, b)`` (a detector keeps
+``min(300, count)`` candidates). Every variable must be declared with bounds in the
 graph's ``shape_vars``, and :meth:`Expr.bounds` derives an expression's range from them by
 interval arithmetic, which is what storage is planned for.
 
@@ -21,7 +22,8 @@ from typing import Union
 
 __all__ = ["Dim", "Expr", "ShapeVar", "dim_text", "parse_dim"]
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*()]))", re.ASCII)
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*(),]))", re.ASCII)
+_FUNCTIONS = ("min", "max")
 _MAX_TEXT = 200
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -112,7 +114,8 @@ def _tokenize(text: str) -> list[str]:
         match = _TOKEN.match(stripped, pos)
         if match is None:
             raise ValueError(f"cannot read dimension {text!r} at character {pos}: only "
-                             "integers, names, + - * // and parentheses are allowed")
+                             "integers, names, + - * //, parentheses, min and max are "
+                             "allowed")
         tokens.append(match.group(match.lastindex or 0))
         pos = match.end()
     if not tokens:
@@ -158,6 +161,17 @@ class _Parser:
             return tree
         if token.isdigit():
             return int(token)
+        if token in _FUNCTIONS and self._peek() == "(":
+            self.pos += 1
+            first = self.expression()
+            if self._peek() != ",":
+                raise ValueError(f"{token}() in dimension {self.text!r} takes two arguments")
+            self.pos += 1
+            second = self.expression()
+            if self._peek() != ")":
+                raise ValueError(f"dimension {self.text!r} lacks a closing parenthesis")
+            self.pos += 1
+            return (token, first, second)
         if is_name(token):
             return token
         raise ValueError(f"unexpected {token!r} in dimension {self.text!r}")
@@ -175,6 +189,8 @@ _APPLY: dict[str, Callable[[int, int], int]] = {
     "+": lambda a, b: a + b,
     "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,
+    "min": min,
+    "max": max,
 }
 
 
@@ -203,6 +219,9 @@ def _bounds(tree: _Tree, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, in
         return a_lo + b_lo, a_hi + b_hi
     if op == "-":
         return a_lo - b_hi, a_hi - b_lo
+    if op in ("min", "max"):
+        pick = _APPLY[op]
+        return pick(a_lo, b_lo), pick(a_hi, b_hi)
     if op == "//" and b_lo <= 0 <= b_hi:
         raise ValueError("a divisor in a dimension expression can be 0")
     corners = [a * b if op == "*" else a // b for a in (a_lo, a_hi) for b in (b_lo, b_hi)]

@@ -152,3 +152,46 @@ def test_the_profiler_counts_what_a_shape_function_reads() -> None:
     (shape_run,) = [node for node in report.nodes if node.kind == "shape"]
     assert shape_run.bytes == x.nbytes
     assert np.asarray(module(x=x)[0]).tolist() == np.array(np.nonzero(x)).tolist()
+
+
+def test_a_node_after_two_data_dependent_ones_waits_for_both_counts() -> None:
+    """x's and y's nonzero values added: the add reads one entry sized by each NonZero, so it
+    may be prepared only once both have run (before, the first stage re-prepared it with the
+    second's stale size and its shape function refused the mix)."""
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+    model = _model([helper.make_node("NonZero", ["x"], ["ix"]),
+                    helper.make_node("NonZero", ["y"], ["iy"]),
+                    helper.make_node("Reshape", ["ix", "flat"], ["jx"]),
+                    helper.make_node("Reshape", ["iy", "flat"], ["jy"]),
+                    helper.make_node("Gather", ["x", "jx"], ["vx"]),
+                    helper.make_node("Gather", ["y", "jy"], ["vy"]),
+                    helper.make_node("Add", ["vx", "vy"], ["sum"])],
+                   [_value("x", F, [6]), _value("y", F, [6])], [_value("sum", F, ["k"])],
+                   inits)
+    feeds = [{"x": np.array(x, np.float32), "y": np.array(y, np.float32)} for x, y in (
+        ([1, 0, 2, 0, 3, 0], [0, 4, 0, 5, 0, 6]), ([1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]),
+        ([0, 0, 0, 0, 0, 7], [8, 0, 0, 0, 0, 0]))]
+    _check(model, feeds)
+
+
+def test_top_k_of_the_smaller_of_a_count_and_a_constant() -> None:
+    """A detector's ``TopK(scores, min(3, found))``: the k is traced as ``min(3, count)``
+    and the topk reads it from its input's shape on every run (``with_shape_vars``)."""
+    inits = [numpy_helper.from_array(np.array([3], np.int64), "three"),
+             numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+    model = _model([helper.make_node("NonZero", ["x"], ["ix"]),
+                    helper.make_node("Reshape", ["ix", "flat"], ["jx"]),
+                    helper.make_node("Gather", ["x", "jx"], ["found"]),
+                    helper.make_node("Shape", ["found"], ["count"]),
+                    helper.make_node("Concat", ["three", "count"], ["both"], axis=0),
+                    helper.make_node("ReduceMin", ["both"], ["k"], keepdims=1),
+                    helper.make_node("TopK", ["found", "k"], ["top", "where"])],
+                   [_value("x", F, [8])], [_value("top", F, ["k"]), _value("where", I64, ["k"])],
+                   inits)
+    lib = graphrt.onnx.convert.convert_model(model).emitted.lib
+    assert any(step["op"] == "with_shape_vars" and step["attrs"]["op"] == "topk"
+               for function in lib["functions"].values() for step in function["body"])
+    feeds = [{"x": np.array(x, np.float32)} for x in (
+        [0, 5, 0, 1, 0, 0, 9, 2], [0, 0, 0, 0, 0, 0, 0, 4], [0, 0, 0, 0, 0, 0, 0, 0],
+        [1, 2, 3, 4, 5, 6, 7, 8])]
+    _check(model, feeds)

@@ -244,3 +244,17 @@ def test_shape_of_and_arange_say_what_they_need() -> None:
     values = np.empty(found.shape, np.int64)
     arange.positional(np, arange.attrs(), 3)(*bounds, values)
     assert values.tolist() == [7, 5, 3, 1]  # ONNX Range: start + delta * i, i < ceil(n)
+
+
+def test_min_and_max_are_dimensions_with_their_bounds() -> None:
+    expr = parse_dim("min(300, count) * 4")
+    assert expr.evaluate({"count": 12}) == 48 and expr.evaluate({"count": 999}) == 1200
+    assert expr.bounds({"count": (0, 3234)}) == (0, 1200)
+    assert parse_dim("max(n, 2)").bounds({"n": (1, 8)}) == (2, 8)
+    assert parse_dim("min").is_variable  # a variable may still be called min
+    with pytest.raises(ValueError, match="two arguments"):
+        parse_dim("min(n)")
+    from graphrt.onnx.symint import sym_min
+
+    found = SymInt.variable("count", 3234)
+    assert sym_min(300, found).text == "min(300, count)" and sym_min(found, found) is found

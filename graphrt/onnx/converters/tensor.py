@@ -22,6 +22,7 @@ from ...schema.dtypes import parse_dtype
 from ..builder import Builder, ConvertedStep, TensorType
 from ..model import OnnxNode, dtype_name
 from ..registry import ConvertFn, converter
+from ..symint import SymInt, has_symbols, sym_max, sym_min
 from .common import const_floats, const_ints
 
 __all__: list[str] = []
@@ -305,6 +306,47 @@ def _slice_args(n: OnnxNode, shape: tuple[int, ...], starts: list[int], ends: li
     return {"begin": begin, "end": ends, "strides": steps, "axes": axes}
 
 
+def _clamp(value: int, low: int, high: int) -> int:
+    """``value`` clamped to ``[low, high]``, traced; a plain bound past a traced size (which
+    is at its largest while converting) clamps to that size."""
+    if not isinstance(value, SymInt) and not isinstance(high, SymInt):
+        return min(max(value, low), high)
+    if not isinstance(value, SymInt) and value >= high:
+        return high
+    if not isinstance(value, SymInt) and value <= low:
+        return low
+    return sym_min(sym_max(value, low), high)
+
+
+def _traced_slice(b: Builder, n: OnnxNode, x: str, args: dict[str, Any]) -> list[str]:
+    """``strided_slice`` of ``x``, its output sizes traced through ONNX's clamping (the op's
+    shape function clamps with plain ints: ``x[:300]`` of ``count`` rows is
+    ``min(300, count)``)."""
+    (out,) = b.op("strided_slice", [x], args)
+    shape = list(b.shape(x))
+    if not has_symbols(shape) and not has_symbols(args["begin"]) and not has_symbols(
+            args["end"]):
+        return [out]
+    for start, end, step, axis in zip(args["begin"], args["end"], args["strides"],
+                                      args["axes"], strict=True):
+        dim = shape[axis]
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            first, last = _clamp(start, 0, dim), _clamp(end, 0, dim)
+            length = last - first if step == 1 else -((first - last) // step)
+        else:
+            first, last = _clamp(start, -1, dim - 1), _clamp(end, -1, dim - 1)
+            length = -((last - first) // -step)
+        from_start = not isinstance(first, SymInt) and first == 0 and step == 1
+        if isinstance(length, SymInt) and not from_start:  # x[:k] is never negative
+            length = sym_max(length, 0)
+        shape[axis] = length if int(length) >= 0 else 0
+    if [int(d) for d in shape] == [int(d) for d in b.shape(out)]:
+        b.types[out] = TensorType(tuple(shape), b.dtype(out))
+    return [out]
+
+
 @converter("Slice", until=9)
 def _slice_attrs(b: Builder, n: OnnxNode) -> list[str]:
     x = n.inputs[0]
@@ -322,7 +364,7 @@ def _slice_inputs(b: Builder, n: OnnxNode) -> list[str]:
                        const_ints(b, n.inputs[2], "ends"),
                        _input_or_attr_ints(b, n, 3, "axes"),
                        _input_or_attr_ints(b, n, 4, "steps"))
-    return b.op("strided_slice", [x], args)
+    return _traced_slice(b, n, x, args)
 
 
 # ---------------------------------------------------------------------------------------------
