@@ -25,7 +25,7 @@ from ..devices import Device, device
 from ..errors import ArgumentError, BundleError, InputError, RequestError, describe
 from ..params import to_host
 from ..schema import parse_dtype
-from .datatypes import protocol_datatype
+from .datatypes import DATATYPES, protocol_datatype
 
 __all__ = ["BatchAxis", "ServedModel", "TensorInfo", "load_model"]
 
@@ -93,6 +93,13 @@ class ServedModel:
                             for spec in bundle.inputs)
         self.outputs = tuple(_info(spec.name, spec.dtype, spec.shape, bounds)
                              for spec in bundle.outputs)
+        for info in (*self.inputs, *self.outputs):
+            if info.dtype_name not in DATATYPES:
+                raise BundleError(
+                    f"model {name!r}: {info.name!r} is {info.dtype_name}, which the Open "
+                    f"Inference Protocol has no datatype for (it has "
+                    f"{', '.join(sorted(DATATYPES.values()))}); cast it in the model to serve "
+                    "it")
         self.input_names = tuple(info.name for info in self.inputs)
         self.output_names = tuple(info.name for info in self.outputs)
         self._by_input = {info.name: info for info in self.inputs}

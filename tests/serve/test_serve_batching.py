@@ -215,3 +215,15 @@ def test_without_the_serve_extra_the_import_says_what_to_install() -> None:
                           text=True, timeout=120)
     assert "GraphrtError graphrt.serve needs starlette" in done.stdout, done
     assert "pip install 'graphrt[serve]'" in done.stdout
+
+
+def test_a_model_whose_tensors_the_protocol_cannot_name_is_refused_by_name() -> None:
+    """float8 has no Open Inference Protocol datatype: loading says so, not a KeyError."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN)], "f8",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    with pytest.raises(graphrt.BundleError, match=r"'y' is float8_e4m3fn.*no datatype"):
+        load_model(graphrt.from_onnx(model), name="f8", warm_up=False)
