@@ -97,6 +97,9 @@ class Builder:
     """Integer constants computed from symbolic sizes (``Shape`` and what follows it): their
     elements as :class:`~graphrt.onnx.symint.SymInt` where they follow the variables, so a
     reshape target built from them keeps its expressions (an object array per constant)."""
+    var_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Every traced variable's ``(min, max)`` over all conversions (the symbolic input
+    dimensions' bounds, the data-dependent counts' planned bounds)."""
     data_vars: dict[str, int] = field(default_factory=dict)
     """Shape variables that ops with data-dependent outputs bind at run time (``nonzero``'s
     count, say) → their bound in this conversion."""
@@ -312,6 +315,7 @@ class Builder:
                 if key not in variables:
                     var = f"{op_name}{self._count}_{key}"
                     self.data_vars[var] = int(shape[axis])
+                    self.var_ranges[var] = (0, int(shape[axis]))
                     variables[key] = SymInt.variable(var, int(shape[axis]))
                 shape[axis] = variables[key]
             self.types[name] = TensorType(tuple(shape), tensor.dtype)

@@ -142,9 +142,11 @@ def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
 
 def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
            dim_values: Mapping[str, int], constants: Mapping[str, Any],
-           varying: Set[str] = frozenset()) -> tuple[Builder, list[str]]:
+           varying: Set[str] = frozenset(), bounds: Mapping[str, int] | None = None
+           ) -> tuple[Builder, list[str]]:
     """Convert every node at fixed input shapes: the builder and the graph's output values.
-    The dimensions named in ``varying`` are traced as :class:`SymInt` variables."""
+    The dimensions named in ``varying`` are traced as :class:`SymInt` variables, ranging up
+    to their ``bounds``."""
     graph = loaded.proto.graph
     b = Builder(opsets=dict(loaded.opsets))
     for tensor in graph.initializer:
@@ -165,6 +167,8 @@ def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
             b.constant(_given_constant(name, constants[name], dtype), name=name)
         elif name not in initializers:
             b.input(name, _input_type(value_info, shapes, dim_values, varying))
+    b.var_ranges.update({name: (1, bound) for name, bound in (bounds or {}).items()
+                         if name in varying})
     env = _convert_nodes(loaded, b)
     outputs = []
     for value_info in graph.output:
@@ -194,7 +198,7 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     bounds = symbolic_bounds(loaded.proto.graph, shapes, constants, dim_bounds or {})
     points = sample_points(bounds)
     varying = {name for name, bound in bounds.items() if bound >= 2}
-    built = [_build(loaded, shapes, point, constants, varying) for point in points]
+    built = [_build(loaded, shapes, point, constants, varying, bounds) for point in points]
     b, outputs = built[0]
     if len(built) > 1 or b.data_vars:
         generalize(points, built, bounds)

@@ -427,8 +427,9 @@ def test_sparse_and_string_constants_are_refused() -> None:
         graphrt.from_onnx(constant_model(13, value_strings=["a"]))
 
 
-def test_a_runtime_condition_for_compress_must_be_given() -> None:
-    """Compress's output size follows its condition's values: computed conditions fail."""
+def test_a_runtime_condition_for_compress_sizes_its_output_per_run() -> None:
+    """Compress's output size follows its condition's values: a computed condition makes a
+    data-dependent node, planned at the condition's length and sized on every run."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
     graph = helper.make_graph(
         [helper.make_node("Greater", ["x", "zero"], ["c"]),
@@ -437,8 +438,10 @@ def test_a_runtime_condition_for_compress_must_be_given() -> None:
         [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])])
     model = typed(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
                   TensorProto.FLOAT)
-    with pytest.raises(ConversionError, match="condition"):
-        graphrt.from_onnx(model)
+    module = graphrt.from_onnx(model).create("cpu")
+    for x in ([1.0, -2.0, 3.0], [-1.0, -2.0, -3.0], [4.0, 5.0, 6.0]):
+        given = np.array(x, np.float32)
+        np.testing.assert_array_equal(module(x=given)[0], given[given > 0])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...ops import OpError, broadcast
 from ...schema.dtypes import parse_dtype
+from ...schema.symbolic import parse_dim
 from ..builder import Builder, ConvertedStep, TensorType
 from ..model import OnnxNode, dtype_name
 from ..registry import ConvertFn, converter
@@ -306,16 +307,31 @@ def _slice_args(n: OnnxNode, shape: tuple[int, ...], starts: list[int], ends: li
     return {"begin": begin, "end": ends, "strides": steps, "axes": axes}
 
 
-def _clamp(value: int, low: int, high: int) -> int:
-    """``value`` clamped to ``[low, high]``, traced; a plain bound past a traced size (which
-    is at its largest while converting) clamps to that size."""
+def _range_of(b: Builder, value: int) -> tuple[int, int] | None:
+    """The values a traced size takes over its variables' ranges, or None if unknown."""
+    if not isinstance(value, SymInt):
+        return int(value), int(value)
+    try:
+        return parse_dim(value.text).bounds(b.var_ranges)
+    except (KeyError, ValueError):
+        return None
+
+
+def _clamp(b: Builder, value: int, low: int, high: int) -> int:
+    """``value`` clamped to ``[low, high]``, traced; a bound the value's range already
+    respects is left out (``table[:seq]`` of a table as long as seq's bound is ``seq``)."""
     if not isinstance(value, SymInt) and not isinstance(high, SymInt):
         return min(max(value, low), high)
     if not isinstance(value, SymInt) and value >= high:
-        return high
+        return high  # a plain bound past a traced size, which is at its largest now
     if not isinstance(value, SymInt) and value <= low:
         return low
-    return sym_min(sym_max(value, low), high)
+    span, top = _range_of(b, value), _range_of(b, high)
+    if span is None or span[0] < low:
+        value = sym_max(value, low)
+    if span is None or top is None or span[1] > top[0]:
+        value = sym_min(value, high)
+    return value
 
 
 def _traced_slice(b: Builder, n: OnnxNode, x: str, args: dict[str, Any]) -> list[str]:
@@ -333,10 +349,10 @@ def _traced_slice(b: Builder, n: OnnxNode, x: str, args: dict[str, Any]) -> list
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
         if step > 0:
-            first, last = _clamp(start, 0, dim), _clamp(end, 0, dim)
+            first, last = _clamp(b, start, 0, dim), _clamp(b, end, 0, dim)
             length = last - first if step == 1 else -((first - last) // step)
         else:
-            first, last = _clamp(start, -1, dim - 1), _clamp(end, -1, dim - 1)
+            first, last = _clamp(b, start, -1, dim - 1), _clamp(b, end, -1, dim - 1)
             length = -((last - first) // -step)
         from_start = not isinstance(first, SymInt) and first == 0 and step == 1
         if isinstance(length, SymInt) and not from_start:  # x[:k] is never negative
