@@ -199,20 +199,20 @@ def _traced(value: Any, values: Sequence[Any], points: Sequence[Mapping[str, int
 
 def _refs(b: Builder, index: int, texts: Any, first: int) -> tuple[list[str],
                                                                     dict[str, list[int]]]:
-    """The values whose shapes give the variables ``texts`` uses (nested lists of ints and
-    expressions), for step ``index``: each variable read from a value before the step that has
-    it as a whole dimension (the step's first input, else the latest earlier value, else a
-    graph input); ``dims`` numbers them from input ``first``."""
+    """The values whose shapes give the variables ``texts`` uses (nested lists holding
+    expressions as ``{"dim": text}``), for step ``index``: each variable read from a value
+    before the step that has it as a whole dimension (the step's first input, else the
+    latest earlier value, else a graph input); ``dims`` numbers them from input ``first``."""
     step = b.steps[index]
-    flat: list[Any] = []
+    flat: list[str] = []
     todo = [texts]
     while todo:
         item = todo.pop()
         if isinstance(item, list | tuple):
             todo.extend(item)
-        else:
-            flat.append(item)
-    needed = sorted(set().union(*(parse_dim(t).variables for t in flat if isinstance(t, str))))
+        elif isinstance(item, dict) and set(item) == {"dim"}:
+            flat.append(item["dim"])
+    needed = sorted(set().union(*(parse_dim(t).variables for t in flat)))
     refs: list[str] = []
     dims: dict[str, list[int]] = {}
     earlier = [step.inputs[0], *(out for s in reversed(b.steps[:index]) for out in s.outputs),
@@ -236,7 +236,7 @@ def _symbolic_target(b: Builder, index: int, op: str) -> None:
     symbolic twin: the target as expressions, each variable read from a value's shape."""
     step = b.steps[index]
     texts = [symbolic_text(d) for d in b.types[step.outputs[0]].shape]  # 0 and -1 resolved
-    refs, dims = _refs(b, index, texts, 1)
+    refs, dims = _refs(b, index, [{"dim": t} for t in texts if isinstance(t, str)], 1)
     step.op = op
     step.inputs = [step.inputs[0], *refs]
     step.attrs = {"shape": texts, "dims": dims}
@@ -266,9 +266,9 @@ def _relative_reshape(b: Builder, step: ConvertedStep) -> list[int] | None:
 
 
 def _template(value: Any) -> Any:
-    """An attribute with each traced size written as its expression."""
+    """An attribute with each traced size written as its expression, ``{"dim": text}``."""
     if isinstance(value, SymInt):
-        return value.text
+        return {"dim": value.text}
     if isinstance(value, list | tuple):
         return [_template(v) for v in value]
     return value

@@ -173,9 +173,10 @@ def _arange_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 
 
 class WithShapeVarsAttrs(Attrs):
-    """``op`` with attributes ``attrs`` in which some ints are dimension expressions
-    (``{"k": "min(300, count)"}``), resolved from the shapes of the inputs after the op's own
-    ``inputs`` (``dims``: variable → ``(input, axis)``); ``outputs``: the op's output count."""
+    """``op`` with attributes ``attrs`` in which some ints are dimension expressions, written
+    ``{"dim": text}`` (``{"k": {"dim": "min(300, count)"}}``), resolved from the shapes of
+    the inputs after the op's own ``inputs`` (``dims``: variable → ``(input, axis)``);
+    ``outputs``: the op's output count."""
 
     op: str
     attrs: dict[str, Any]
@@ -185,8 +186,9 @@ class WithShapeVarsAttrs(Attrs):
 
 
 def _resolve(value: Any, env: dict[str, int]) -> Any:
-    if isinstance(value, str):
-        return _parse(value).evaluate(env)
+    """``{"dim": expression}`` evaluated, in lists too; any other value as it is."""
+    if isinstance(value, dict) and set(value) == {"dim"}:
+        return _parse(value["dim"]).evaluate(env)
     if isinstance(value, list):
         return [_resolve(v, env) for v in value]
     return value

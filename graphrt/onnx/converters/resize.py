@@ -30,6 +30,7 @@ import numpy as np
 from ..builder import Builder
 from ..model import OnnxNode
 from ..registry import converter
+from .common import const_ints
 
 _COORDINATE_MODES = {
     11: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -200,8 +201,7 @@ def _resize(b: Builder, n: OnnxNode, coordinate_modes: tuple[str, ...], opset18:
     sizes_name = n.input(3)
     sizes = None
     if sizes_name is not None:
-        values = np.asarray(b.constant_value(sizes_name, "sizes")).ravel()
-        sizes = [int(v) for v in values] if values.size else None
+        sizes = const_ints(b, sizes_name, "sizes") or None  # traced where they follow shapes
     if (scales is None) == (sizes is None):
         raise n.fail("exactly one of scales and sizes must be given, "
                      f"given {'both' if scales is not None else 'neither'}")
