@@ -194,9 +194,28 @@ def _resolve(value: Any, env: dict[str, int]) -> Any:
     return value
 
 
+_RESOLVED: dict[tuple[int, tuple[tuple[int, ...], ...]],
+                tuple[WithShapeVarsAttrs, OpDef, Any]] = {}
+"""Resolved attributes per (attrs object, input shapes): a run at shapes seen before
+validates nothing again (bounded: cleared when full)."""
+
+
 def _resolved(types_or_shapes: Sequence[tuple[int, ...]], attrs: WithShapeVarsAttrs
               ) -> tuple[OpDef, Any]:
     """The wrapped op and its attributes with every expression evaluated."""
+    key = (id(attrs), tuple(tuple(shape) for shape in types_or_shapes))
+    hit = _RESOLVED.get(key)
+    if hit is not None and hit[0] is attrs:
+        return hit[1], hit[2]
+    op, resolved = _resolve_attrs(types_or_shapes, attrs)
+    if len(_RESOLVED) >= 4096:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (attrs, op, resolved)  # holding attrs keeps its id from being reused
+    return op, resolved
+
+
+def _resolve_attrs(types_or_shapes: Sequence[tuple[int, ...]], attrs: WithShapeVarsAttrs
+                   ) -> tuple[OpDef, Any]:
     op = OPS.get(attrs.op)
     if op is None:
         raise OpError(f"with_shape_vars: unknown op {attrs.op!r}")

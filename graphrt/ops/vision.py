@@ -42,6 +42,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field
 
+from .attention import _select
 from .base import Attrs, OpDef, OpError, TensorType, accumulator, register_op
 
 __all__ = ["DeformConvAttrs", "RoiAlignAttrs"]
@@ -70,16 +71,6 @@ def _is_int(dtype: str) -> bool:
 def _coordinate_dtype(dtype: Any) -> np.dtype[Any]:
     """The dtype sampling coordinates are computed in: float64 for float64, else float32."""
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
-
-
-def _select(xp: Any, cond: Any, a: Any, b: Any, dtype: Any) -> Any:
-    """``where(cond, a, b)`` as a new array on ``cond``'s device (numpy's ``where`` drops the
-    sim device's array type; ``copyto`` writes into an array made like ``cond``)."""
-    shape = np.broadcast_shapes(*(np.shape(v) for v in (cond, a, b)))
-    out = xp.empty_like(cond, dtype=dtype, shape=shape)
-    xp.copyto(out, b)
-    xp.copyto(out, a, where=cond)
-    return out
 
 
 def _arange(xp: Any, ref: Any, n: int, dtype: Any) -> Any:

@@ -34,7 +34,7 @@ import numpy as np
 from ..builder import Builder
 from ..model import OnnxNode
 from ..registry import ConvertFn, converter
-from .nn import _auto_pads, _ints, _spatial
+from .nn import _auto_pads, _conv_window
 
 _INTS = ("int8", "uint8")
 
@@ -76,20 +76,7 @@ def _scales(b: Builder, n: OnnxNode, names: list[str], allowed: tuple[str, ...])
 
 def _conv_attrs(b: Builder, n: OnnxNode, x: str, w: str) -> dict[str, Any]:
     """``conv``'s attributes from a QLinearConv/ConvInteger node (data ``x``, weight ``w``)."""
-    space = _spatial(b, n, x)
-    rank = len(space)
-    weight = b.shape(w)
-    if len(weight) != rank + 2:
-        raise n.fail(f"the weight must be {rank + 2}-D, given shape {list(weight)}")
-    kernel = list(weight[2:])
-    given = n.attr("kernel_shape", None)
-    if given is not None and [int(k) for k in given] != kernel:
-        raise n.fail(f"kernel_shape {list(given)} differs from the weight's {kernel}")
-    group = int(n.attr("group", 1))
-    if group < 1:
-        raise n.fail(f"group must be >= 1, given {group}")
-    strides = _ints(n, "strides", rank, 1, 1)
-    dilations = _ints(n, "dilations", rank, 1, 1)
+    space, kernel, strides, dilations, group = _conv_window(b, n, x, w)
     pads = _auto_pads(n, space, kernel, strides, dilations)
     return {"strides": strides, "padding": pads, "dilation": dilations, "groups": group}
 

@@ -107,12 +107,13 @@ def _spatial(b: Builder, n: OnnxNode, data: str) -> tuple[int, ...]:
 # Conv, ConvTranspose
 
 
-def _conv_window(b: Builder, n: OnnxNode) -> tuple[tuple[int, ...], list[int], list[int],
-                                                      list[int], int]:
-    """Spatial shape, kernel, strides, dilations and group of a Conv/ConvTranspose node."""
-    space = _spatial(b, n, n.inputs[0])
+def _conv_window(b: Builder, n: OnnxNode, x: str | None = None, w: str | None = None
+                 ) -> tuple[tuple[int, ...], list[int], list[int], list[int], int]:
+    """Spatial shape, kernel, strides, dilations and group of a Conv/ConvTranspose node (or
+    of a quantized one, whose data ``x`` and weight ``w`` are other inputs)."""
+    space = _spatial(b, n, x or n.inputs[0])
     rank = len(space)
-    weight = b.shape(n.inputs[1])
+    weight = b.shape(w or n.inputs[1])
     if len(weight) != rank + 2:
         raise n.fail(f"weight must be {rank + 2}-D, given shape {list(weight)}")
     kernel = list(weight[2:])
