@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from onnx.backend.base import Backend, BackendRep
@@ -32,7 +32,7 @@ from ..devices import Device, allocate, backend_for, cpu
 from ..devices import device as make_device
 from ..errors import ConversionError, DeviceError, InputError, argument_error, describe
 from .builder import NotConstantError
-from .convert import from_onnx
+from .convert import from_onnx, item_name
 from .model import load_model
 from .registry import check_supported
 
@@ -58,6 +58,26 @@ def _host_array(shape: tuple[int, ...], dtype: Any, what: str) -> np.ndarray[Any
     return host
 
 
+def _shape_of(value: Any) -> Any:
+    """An input's shape, or a sequence input's list of item shapes (a hashable key)."""
+    return tuple(item.shape for item in value) if isinstance(value, list) else value.shape
+
+
+def _bytes_of(value: Any) -> bytes:
+    if isinstance(value, list):
+        return b"".join(repr((item.dtype.str, item.shape)).encode() + item.tobytes()
+                        for item in value)
+    return bytes(value.tobytes())
+
+
+class _Prepared(NamedTuple):
+    """A converted specialization: its module, and per graph output the number of items it
+    was split into (``None``: a tensor output)."""
+
+    module: Any
+    layout: list[int | None]
+
+
 class GraphrtRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns its outputs as a list of numpy arrays."""
 
@@ -81,11 +101,14 @@ class GraphrtRep(BackendRep):
                           and vi.type.tensor_type.HasField("shape")}
         for value_info in [*graph.input, *graph.output]:
             kind = value_info.type.WhichOneof("value")
-            if kind != "tensor_type":
+            if kind not in ("tensor_type", "sequence_type"):
                 raise ConversionError(f"graph input or output {value_info.name!r} is a {kind}; "
-                                      "a graphrt graph takes and gives tensors")
+                                      "a graphrt graph takes and gives tensors and sequences "
+                                      "of tensors")
+        self._sequences = {vi.name for vi in graph.input
+                           if vi.type.WhichOneof("value") == "sequence_type"}
         self._frozen: list[str] = []  # inputs whose values the conversion needs
-        self._modules: dict[Any, Any] = {}
+        self._modules: dict[Any, _Prepared] = {}
         self._static = all(
             d.HasField("dim_value") for vi in graph.input if vi.name not in initializers
             for d in vi.type.tensor_type.shape.dim) and all(
@@ -99,29 +122,42 @@ class GraphrtRep(BackendRep):
                     raise
                 self._frozen.append(err.value)
 
-    def _build(self, shapes: Mapping[str, Sequence[int]], constants: Mapping[str, Any]) -> Any:
+    def _build(self, shapes: Mapping[str, Any], constants: Mapping[str, Any]) -> _Prepared:
         bundle = from_onnx(self._proto, shapes=shapes or None, constants=constants or None,
                            **self._options)
-        return bundle.create(self._device)
+        sequences: Any = bundle.metadata.get("sequences") or {}
+        outputs: Mapping[str, int] = sequences.get("outputs", {})
+        layout = [int(outputs[vi.name]) if vi.name in outputs else None
+                  for vi in self._proto.graph.output]
+        return _Prepared(bundle.create(self._device), layout)
 
-    def _module(self, feeds: Mapping[str, np.ndarray[Any, Any]]) -> Any:
+    def _frozen_input(self, value: str) -> str | None:
+        """The graph input whose value the conversion needs, for a ``NotConstantError`` on
+        ``value`` (an item ``name[i]`` of a sequence input freezes the whole sequence)."""
+        if value in self._inputs:
+            return value
+        name, bracket, _ = value.rpartition("[")
+        return name if bracket and name in self._sequences else None
+
+    def _module(self, feeds: Mapping[str, Any]) -> _Prepared:
         if () in self._modules:
             return self._modules[()]
         while True:
-            key = tuple((name, feeds[name].shape) for name in self._inputs) + tuple(
-                (name, feeds[name].tobytes()) for name in self._frozen)
+            key = tuple((name, _shape_of(feeds[name])) for name in self._inputs) + tuple(
+                (name, _bytes_of(feeds[name])) for name in self._frozen)
             module = self._modules.get(key)
             if module is not None:
                 return module
-            shapes = {name: feeds[name].shape for name in self._inputs
+            shapes = {name: _shape_of(feeds[name]) for name in self._inputs
                       if name not in self._frozen}
             constants = {name: feeds[name] for name in self._frozen}
             try:
                 module = self._build(shapes, constants)
             except NotConstantError as err:
-                if err.value not in self._inputs or err.value in self._frozen:
+                frozen = self._frozen_input(err.value)
+                if frozen is None or frozen in self._frozen:
                     raise
-                self._frozen.append(err.value)
+                self._frozen.append(frozen)
                 continue
             if len(self._modules) >= _MAX_SPECIALIZATIONS:
                 self._modules.pop(next(iter(self._modules)))
@@ -157,22 +193,42 @@ class GraphrtRep(BackendRep):
         missing = [name for name in self._inputs if name not in feeds]
         if missing:
             raise ConversionError(f"no value given for input(s) {', '.join(missing)}")
-        module = self._module(feeds)
-        run_feeds = {name: value for name, value in feeds.items() if name not in self._frozen}
-        outputs = module(**run_feeds)
-        results = []
-        for index, out in enumerate(outputs):
-            if type(out) is np.ndarray:  # fresh: the module's call hands it over
-                results.append(out)
+        prepared = self._module(feeds)
+        run_feeds: dict[str, np.ndarray[Any, Any]] = {}
+        for name, value in feeds.items():
+            if name in self._frozen:
                 continue
-            host = _host_array(out.shape, out.dtype, f"output {index}")
-            backend_for(self._device).download(out, host)
-            results.append(host)
+            if name in self._sequences:
+                run_feeds.update((item_name(name, i), item) for i, item in enumerate(value))
+            else:
+                run_feeds[name] = value
+        flat = [self._host(index, out) for index, out in enumerate(prepared.module(**run_feeds))]
+        results: list[Any] = []
+        for items in prepared.layout:  # a sequence output's items, regrouped as a list
+            if items is None:
+                results.append(flat.pop(0))
+            else:
+                results.append(flat[:items])
+                del flat[:items]
         return tuple(results)
 
+    def _host(self, index: int, out: Any) -> np.ndarray[Any, Any]:
+        if type(out) is np.ndarray:  # fresh: the module's call hands it over
+            return out
+        host = _host_array(out.shape, out.dtype, f"output {index}")
+        backend_for(self._device).download(out, host)
+        return host
 
-    def _feed(self, name: str, value: Any) -> np.ndarray[Any, Any]:
-        """``value`` as an array, checked against the rank and sizes the model declares."""
+
+    def _feed(self, name: str, value: Any) -> Any:
+        """``value`` as an array, checked against the rank and sizes the model declares (a
+        sequence input: a list of arrays)."""
+        if name in self._sequences:
+            if isinstance(value, np.ndarray) or not isinstance(value, Sequence) or isinstance(
+                    value, str | bytes):
+                raise InputError(f"input {name!r} is a sequence: give a list of arrays, given "
+                                 f"{type(value).__name__}")
+            return [self._feed(item_name(name, i), item) for i, item in enumerate(value)]
         try:
             array = np.asarray(value)
         except (ValueError, TypeError) as err:  # a ragged list

@@ -29,15 +29,19 @@ from .registry import check_supported, find_converter
 from .symbolic import generalize, sample_points, symbolic_bounds
 from .symint import SymInt
 
-__all__ = ["Converted", "convert_model", "from_onnx"]
+__all__ = ["Converted", "convert_model", "from_onnx", "item_name"]
 
 
 class Converted:
     """What conversion made, before it becomes a bundle (used by ``graphrt convert``)."""
 
     def __init__(self, model: LoadedModel, emitted: Emitted, placement: list[dict[str, Any]],
-                 devices: Sequence[str] = ("cpu",)) -> None:
+                 devices: Sequence[str] = ("cpu",),
+                 sequences: Mapping[str, Mapping[str, int]] | None = None) -> None:
         self.model = model
+        self.sequences = {role: dict(items) for role, items in (sequences or {}).items()}
+        """Sequence-typed graph inputs and outputs: ``{"inputs": {name: items}, "outputs":
+        {...}}``; item ``i`` of ``name`` is the graph input or output ``name[i]``."""
         self.emitted = emitted
         self.placement = placement
         """One decision per op node: ``{node, func_name, device, reason}``."""
@@ -56,6 +60,7 @@ class Converted:
                        "lower_bound_bytes": emitted.lower_bound_bytes,
                        "one_buffer_per_entry_bytes": emitted.naive_bytes},
             **({"placement": self.placement} if len(self.devices) > 1 else {}),
+            **({"sequences": self.sequences} if self.sequences else {}),
         }
 
 
@@ -114,8 +119,48 @@ def _input_type(value_info: Any, fixed: Mapping[str, Sequence[int]],
     return TensorType(tuple(dims), dtype)
 
 
-def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
+def item_name(sequence: str, index: int) -> str:
+    """The graph input or output that carries item ``index`` of ONNX sequence ``sequence``.
+
+    >>> item_name("frames", 2)
+    'frames[2]'
+    """
+    return f"{sequence}[{index}]"
+
+
+def _sequence_input(b: Builder, value_info: Any, fixed: Mapping[str, Any],
+                    constants: Mapping[str, Any]) -> str:
+    """A sequence-typed graph input as a sequence of graph inputs ``name[0]``, ``name[1]``,
+    ... (or of constants): its length and every item's shape are fixed at conversion."""
+    name = value_info.name
+    elem = value_info.type.sequence_type.elem_type
+    if elem.WhichOneof("value") != "tensor_type":
+        raise ConversionError(f"graph input {name!r} is a sequence of "
+                              f"{elem.WhichOneof('value') or 'untyped values'}; graphrt "
+                              "converts sequences of tensors")
+    dtype = dtype_name(elem.tensor_type.elem_type, f"graph input {name!r}")
+    if name in constants:
+        values = constants[name]
+        if not isinstance(values, Sequence) or isinstance(values, str | bytes):
+            raise ConversionError(f"constants[{name!r}] must be a list of tensors (the "
+                                  f"input is a sequence), given {type(values).__name__}")
+        return b.sequence([b.constant(_given_constant(item_name(name, i), v, dtype))
+                           for i, v in enumerate(values)])
+    shapes = fixed.get(name)
+    if shapes is None or not isinstance(shapes, Sequence) or isinstance(shapes, str) or any(
+            not isinstance(shape, Sequence) or isinstance(shape, str) for shape in shapes):
+        raise ConversionError(
+            f"graph input {name!r} is a sequence of tensors; give the shape of each item: "
+            f"from_onnx(model, shapes={{{name!r}: [[2, 3], [4, 3]]}}) (the length and the "
+            f"shapes are fixed at conversion; each item becomes an input {name!r}[i])")
+    return b.sequence([b.input(item_name(name, i), TensorType(
+        _given_shape(item_name(name, i), shape), dtype)) for i, shape in enumerate(shapes)])
+
+
+def _convert_nodes(model: LoadedModel, b: Builder,
+                   sequences: Mapping[str, str] | None = None) -> dict[str, str]:
     env: dict[str, str] = {name: name for name in b.types}
+    env.update(sequences or {})
     b.names.update(env)
     for node in model.nodes:
         conv = find_converter(node)
@@ -143,10 +188,10 @@ def _convert_nodes(model: LoadedModel, b: Builder) -> dict[str, str]:
 def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
            dim_values: Mapping[str, int], constants: Mapping[str, Any],
            varying: Set[str] = frozenset(), bounds: Mapping[str, int] | None = None
-           ) -> tuple[Builder, list[str]]:
-    """Convert every node at fixed input shapes: the builder and the graph's output values.
-    The dimensions named in ``varying`` are traced as :class:`SymInt` variables, ranging up
-    to their ``bounds``."""
+           ) -> tuple[Builder, list[str], list[str]]:
+    """Convert every node at fixed input shapes: the builder, the graph's output values and
+    their names (a sequence output gives one per item, ``name[i]``). The dimensions named in
+    ``varying`` are traced as :class:`SymInt` variables, ranging up to their ``bounds``."""
     graph = loaded.proto.graph
     b = Builder(opsets=dict(loaded.opsets))
     for tensor in graph.initializer:
@@ -159,9 +204,12 @@ def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
         if name not in known:
             raise ConversionError(f"{name!r} is not a graph input (inputs: "
                                   f"{', '.join(sorted(known - initializers)) or 'none'})")
+    sequences: dict[str, str] = {}
     for value_info in graph.input:
         name = value_info.name
-        if name in constants:
+        if value_info.type.WhichOneof("value") == "sequence_type":
+            sequences[name] = _sequence_input(b, value_info, shapes, constants)
+        elif name in constants:
             elem = value_info.type.tensor_type.elem_type
             dtype = dtype_name(elem, f"graph input {name!r}") if elem else None
             b.constant(_given_constant(name, constants[name], dtype), name=name)
@@ -169,16 +217,25 @@ def _build(loaded: LoadedModel, shapes: Mapping[str, Sequence[int]],
             b.input(name, _input_type(value_info, shapes, dim_values, varying))
     b.var_ranges.update({name: (1, bound) for name, bound in (bounds or {}).items()
                          if name in varying})
-    env = _convert_nodes(loaded, b)
-    outputs = []
+    env = _convert_nodes(loaded, b, sequences)
+    outputs, names = [], []
     for value_info in graph.output:
-        if value_info.name not in env:
-            raise ConversionError(f"graph output {value_info.name!r} is never computed")
-        if env[value_info.name] in b.sequences:
-            raise ConversionError(f"graph output {value_info.name!r} is a sequence; graphrt "
-                                  "graphs output tensors only")
-        outputs.append(env[value_info.name])
-    return b, outputs
+        name = value_info.name
+        if name not in env:
+            raise ConversionError(f"graph output {name!r} is never computed")
+        declared = value_info.type.WhichOneof("value") or "tensor_type"
+        if (env[name] in b.sequences) != (declared == "sequence_type"):
+            given = "a sequence" if env[name] in b.sequences else "a tensor"
+            raise ConversionError(f"graph output {name!r} is {given}, but the model declares "
+                                  f"it a {declared.removesuffix('_type')}")
+        if env[name] in b.sequences:
+            items = b.sequence_items(env[name])
+            outputs += items
+            names += [item_name(name, i) for i in range(len(items))]
+        else:
+            outputs.append(env[name])
+            names.append(name)
+    return b, outputs, names
 
 
 def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -199,9 +256,9 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     points = sample_points(bounds)
     varying = {name for name, bound in bounds.items() if bound >= 2}
     built = [_build(loaded, shapes, point, constants, varying, bounds) for point in points]
-    b, outputs = built[0]
+    b, outputs, names = built[0]
     if len(built) > 1 or b.data_vars:
-        generalize(points, built, bounds)
+        generalize(points, [(built_b, outs) for built_b, outs, _ in built], bounds)
     device_types = check_devices(devices)
     kinds = device_types or ["cpu"]
     if fuse:
@@ -209,9 +266,24 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     labels = {node.label: (node.op_type, node.name) for node in loaded.nodes}
     reasons = place_steps(b, kinds, placement or {}, labels)
     groups = fuse_steps(b, outputs) if fuse else [[i] for i in range(len(b.steps))]
-    emitted = emit(b, outputs, groups, [vi.name for vi in loaded.proto.graph.output], kinds)
+    emitted = emit(b, outputs, groups, names, kinds)
     decisions = placement_decisions(emitted.nodes, reasons)
-    return Converted(loaded, emitted, decisions, kinds)
+    return Converted(loaded, emitted, decisions, kinds, _sequence_io(loaded, b.inputs, names))
+
+
+def _sequence_io(loaded: LoadedModel, inputs: Sequence[str], outputs: Sequence[str]
+                 ) -> dict[str, dict[str, int]]:
+    """How many items each sequence-typed graph input and output became."""
+    graph = loaded.proto.graph
+    found: dict[str, dict[str, int]] = {}
+    for role, infos, names in (("inputs", graph.input, inputs), ("outputs", graph.output,
+                                                                  outputs)):
+        for value_info in infos:
+            if value_info.type.WhichOneof("value") == "sequence_type":
+                prefix = value_info.name + "["
+                found.setdefault(role, {})[value_info.name] = sum(
+                    1 for name in names if name.startswith(prefix))
+    return found
 
 
 def from_onnx(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -223,7 +295,9 @@ def from_onnx(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
 
     Args:
         model: a path, the serialized bytes, or an ``onnx.ModelProto``.
-        shapes: input name → concrete shape, overriding what the model declares.
+        shapes: input name → concrete shape, overriding what the model declares; for a
+            sequence-typed input, the list of its items' shapes (item ``i`` becomes graph
+            input ``name[i]``; a sequence output becomes outputs ``name[i]`` likewise).
         dim_bounds: symbolic dimension name (``dim_param``) → the size to plan for.
         constants: graph input name → value, frozen into the model (e.g. a shape input).
         fuse: fuse elementwise and injective ops into their producers (TVM's rule) and fold

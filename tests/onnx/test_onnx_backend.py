@@ -111,9 +111,10 @@ def classify(name: str, model: Any) -> tuple[str, str]:
         if op in EXCLUDED_OPS:
             return "excluded", EXCLUDED_OPS[op]
     graph = model.graph
-    if any(vi.type.WhichOneof("value") != "tensor_type" for vi in [*graph.input, *graph.output]):
-        return "excluded", ("sequence, optional or map graph inputs/outputs: a graphrt graph "
-                            "takes and gives tensors (sequences inside a model are supported)")
+    if any(vi.type.WhichOneof("value") not in ("tensor_type", "sequence_type")
+           for vi in [*graph.input, *graph.output]):
+        return "excluded", ("optional values: graphrt's graphs carry tensors only (optional or "
+                            "map graph inputs/outputs)")
     missing = sorted(_MISSING_TYPES[t] for t in _types_in(model) if t in _MISSING_TYPES)
     if missing:
         return "excluded", f"data types graphrt lacks ({', '.join(missing)})"

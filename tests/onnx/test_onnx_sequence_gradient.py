@@ -79,7 +79,8 @@ def test_sequence_errors_name_the_node() -> None:
     with pytest.raises(graphrt.ConversionError, match=r"'at'.*position 3 is out of range"):
         graphrt.from_onnx(m)
     m = model([helper.make_node("SequenceConstruct", ["x"], ["s"])], {"x": [2]}, {"s": [2]})
-    with pytest.raises(graphrt.ConversionError, match="is a sequence"):
+    with pytest.raises(graphrt.ConversionError,
+                       match="output 's' is a sequence, but the model declares it a tensor"):
         graphrt.from_onnx(m)
 
 

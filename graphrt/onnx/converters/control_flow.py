@@ -146,9 +146,11 @@ def _select(b: Builder, n: OnnxNode, cond: str, chosen: str, other: str) -> str:
     them element by element."""
     if chosen in b.sequences or other in b.sequences:
         items, others = b.sequence_items(chosen), b.sequence_items(other)
-        if len(items) != len(others):
+        if len(items) != len(others):  # the length must be known: freeze the condition
+            b.constant_value(cond, f"the condition, which decides whether a sequence holds "
+                             f"{len(items)} or {len(others)} tensors,")
             raise n.fail(f"the branches give sequences of {len(items)} and {len(others)} "
-                         "tensors; with a condition computed at run time they must match")
+                         "tensors")
         return b.sequence([_select(b, n, cond, x, y) for x, y in zip(items, others,
                                                                        strict=True)])
     if b.type(chosen) != b.type(other):

@@ -3,7 +3,7 @@
 A sequence exists only at conversion: it is the list of its tensor values, and every position,
 length and split is known then (positions that are graph inputs are frozen to their values,
 as shapes are). What reaches the graph are the tensor ops: splits, concatenations. A sequence
-that is a graph input or output is refused.
+that is a graph input or output is one graph input or output per item (``convert.py``).
 """
 
 from __future__ import annotations
