@@ -15,6 +15,7 @@ Example:
 from . import (  # noqa: F401  (registration)
     activations,
     attention,
+    control_flow,
     convolution,
     data_shapes,
     elementwise,

@@ -134,9 +134,91 @@ def test_a_loop_too_long_to_unroll_or_without_a_count_is_refused_by_name(
     with pytest.raises(graphrt.ConversionError, match="more than the 200 graphrt unrolls"):
         graphrt.from_onnx(_counting_loop(10**9))
     model = _counting_loop(3)
-    del model.graph.node[0].input[0]  # no M: a while loop
+    del model.graph.node[0].input[0]  # no M: a while loop, whose scan outputs nothing bounds
     model.graph.node[0].input.insert(0, "")
-    with pytest.raises(graphrt.ConversionError, match="without a trip count"):
+    with pytest.raises(graphrt.ConversionError,
+                       match=r"no trip count \(M\).*its scan outputs .* have no size"):
+        graphrt.from_onnx(model)
+
+
+def _while_loop(count: str | None, trips: int = 0) -> Any:
+    """y = y * scale + x (x an outer activation, scale a constant) while sum(y) < limit, and
+    a counter carried beside it; ``count``: no M (``None``), a graph input, or a constant."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["y_in", "scale"], ["scaled"]),
+         helper.make_node("Add", ["scaled", "x"], ["y_out"]),
+         helper.make_node("Add", ["k_in", "one"], ["k_out"]),
+         helper.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["go"]),
+         helper.make_node("Identity", ["i"], ["last_out"])],  # carries the iteration number
+        "body", [_value("i", I64, []), _value("c", B, []), _value("y_in", F, [2, 3]),
+                 _value("k_in", I64, []), _value("last_in", I64, [])],
+        [_value("go", B, []), _value("y_out", F, [2, 3]), _value("k_out", I64, []),
+         _value("last_out", I64, [])],
+        [numpy_helper.from_array(np.array(1, np.int64), "one")])
+    inits = [numpy_helper.from_array(np.array(True), "start"),
+             numpy_helper.from_array(np.array(1.5, np.float32), "scale"),
+             numpy_helper.from_array(np.array(1000.0, np.float32), "limit"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    inputs = [_value("x", F, [2, 3]), _value("y0", F, [2, 3])]
+    if count == "constant":
+        inits.append(numpy_helper.from_array(np.array(trips, np.int64), "m"))
+    elif count == "input":
+        inputs.append(_value("m", I64, []))
+    return _model([helper.make_node("Loop", ["m" if count else "", "start", "y0", "zero",
+                                             "zero"], ["y", "k", "last"], body=body)],
+                  inputs, [_value("y", F, [2, 3]), _value("k", I64, []),
+                           _value("last", I64, [])], inits)
+
+
+def _feeds(**extra: Any) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(7)
+    return [{"x": rng.uniform(0, scale, (2, 3)).astype(np.float32),
+             "y0": rng.uniform(0, 1, (2, 3)).astype(np.float32), **extra}
+            for scale in (0.1, 1.0, 40.0, 500.0)]
+
+
+def test_a_while_loop_without_a_trip_count_runs_at_run_time() -> None:
+    model = _while_loop(None)
+    assert "loop" in _ops(model)
+    _check(model, _feeds())
+
+
+def test_a_loop_whose_trip_count_is_an_input_runs_at_run_time() -> None:
+    model = _while_loop("input")
+    assert "loop" in _ops(model)
+    for trips in (0, 1, 3, 40):
+        _check(model, _feeds(m=np.array(trips, np.int64)))
+
+
+def test_a_loop_too_long_to_unroll_without_scan_outputs_runs_at_run_time(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from graphrt.onnx.converters import control_flow
+
+    monkeypatch.setattr(control_flow, "MAX_UNROLLED_NODES", 50)
+    model = _while_loop("constant", 10**6)
+    assert "loop" in _ops(model)
+    _check(model, _feeds())
+    path = tmp_path / "loop.graphrt"  # the body is declarative: it saves and loads
+    graphrt.from_onnx(model).save(path)
+    feed = _feeds()[1]
+    y, k, last = graphrt.load_bundle(path).create("cpu")(**feed)
+    want_y, want_k, want_last = graphrt.from_onnx(model).create("cpu")(**feed)
+    np.testing.assert_array_equal(y, want_y)
+    assert int(k) == int(want_k) == int(last) + 1 == int(want_last) + 1 > 1
+
+
+def test_a_run_time_loop_whose_state_changes_shape_is_refused_by_name() -> None:
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["y_in", "y_in"], ["y_out"], axis=0),
+         helper.make_node("Identity", ["c"], ["go"])],
+        "body", [_value("i", I64, []), _value("c", B, []), _value("y_in", F, [2])],
+        [_value("go", B, []), _value("y_out", F, [4])])
+    model = _model([helper.make_node("Loop", ["m", "", "y0"], ["y"], body=body)],
+                   [_value("y0", F, [2]), _value("m", I64, [])], [_value("y", F, ["n"])])
+    with pytest.raises(graphrt.ConversionError,
+                       match=r"'Loop #0'.*carried value 0 must keep its type, but the body "
+                             r"turns float32\[2\] into float32\[4\]"):
         graphrt.from_onnx(model)
 
 

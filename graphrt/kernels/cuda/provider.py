@@ -39,12 +39,14 @@ class CudaProvider:
                         "conv2d_transpose", "einsum", "attention", "col2im", "rnn", "gru",
                         "lstm", "det", "conv_integer", "qlinear_conv", "matmul_integer",
                         "qlinear_matmul", "deform_conv", "linear_attention", "roi_align",
-                        "dft", "stft", "unique", "non_max_suppression", "with_shape_vars"})
+                        "dft", "stft", "unique", "non_max_suppression", "with_shape_vars",
+                        "loop"})
     """Ops whose reference multiplies matrices (or factors them, ``det``) through CuPy, which
     refuses cuBLAS and cuSOLVER while a stream captures, plans cuFFT (``dft``, ``stft``) or
     reads values back to the host (the recurrent ops' sequence lengths, ``roi_align``'s grids,
     ``unique`` and ``non_max_suppression``, which run on the host; ``with_shape_vars`` wraps
-    any op): they run between the recorded segments of a CUDA graph."""
+    any op, and ``loop`` runs a nested program and reads its condition on the host): they run
+    between the recorded segments of a CUDA graph."""
 
     def supports(self, op: OpDef) -> bool:
         return op.name in _CONVS and cudnn_module() is not None

@@ -6,11 +6,16 @@ so what reaches the graph is ordinary steps:
 - ``If`` with a condition known at conversion becomes its taken branch. With a condition
   computed at run time, both branches run and each output is selected with ``where`` (as XLA
   lowers a small conditional): they must give the same shapes and dtypes.
-- ``Loop`` needs a trip count known at conversion (a constant, a size of the model's shapes or
-  a value graphrt folded). Its body is unrolled once per iteration. A condition the body
-  computes at run time keeps the loop exact: each iteration's state is kept only while every
-  condition so far held (``where``), and the scan outputs of the iterations that ran are chosen
-  with ``compress``, whose length is then data dependent.
+- ``Loop`` with a trip count known at conversion (a constant, a size of the model's shapes or
+  a value graphrt folded) is unrolled once per iteration. A condition the body computes at run
+  time keeps the loop exact: each iteration's state is kept only while every condition so far
+  held (``where``), and the scan outputs of the iterations that ran are chosen with
+  ``compress``, whose length is then data dependent.
+- A ``Loop`` with no trip count (a ``while``), a trip count computed at run time, or more
+  iterations than unrolling may make runs at run time instead: its body becomes the nested
+  program of one ``loop`` step (:mod:`graphrt.ops.control_flow`), which reads the body's
+  outside values and constants as inputs. Its carried values must keep their shapes and dtypes
+  from iteration to iteration and it may have no scan outputs, whose size nothing bounds.
 - ``Scan`` is unrolled over its scan axis, whose length must be known (not a symbolic
   dimension), in either direction, with its outputs stacked on their axes.
 - ``SequenceMap`` runs its body once per element.
@@ -52,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConversionError, GraphrtError
-from ..builder import Builder
+from ..builder import Builder, TensorType
 from ..model import OnnxNode, _attribute, to_array
 from ..registry import converter, find_converter
 
@@ -198,11 +203,108 @@ def _trip_count(b: Builder, n: OnnxNode) -> int | None:
     return max(int(np.asarray(value).reshape(-1)[0]), 0)
 
 
+class _TooLong(ConversionError):
+    """Unrolling a loop would make more than :data:`MAX_UNROLLED_NODES` nodes."""
+
+
 def _check_unroll(n: OnnxNode, iterations: int, body: Any) -> None:
     nodes = iterations * max(len(body.node), 1)
     if nodes > MAX_UNROLLED_NODES:
-        raise n.fail(f"unrolling {iterations} iterations of a {len(body.node)}-node body makes "
-                     f"{nodes:,} nodes, more than the {MAX_UNROLLED_NODES:,} graphrt unrolls")
+        raise _TooLong(f"{n.label}: unrolling {iterations} iterations of a {len(body.node)}-node "
+                       f"body makes {nodes:,} nodes, more than the {MAX_UNROLLED_NODES:,} graphrt "
+                       "unrolls")
+
+
+def _outer_reads(graph: Any) -> set[str]:
+    """The values ``graph`` (and the subgraphs of its nodes) read from enclosing scopes."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    reads: set[str] = set()
+    for node in graph.node:
+        reads.update(name for name in node.input if name and name not in defined)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                reads.update(_outer_reads(sub) - defined)
+        defined.update(node.output)
+    return reads
+
+
+def _runtime_loop(b: Builder, n: OnnxNode, body: Any, why: str) -> list[str]:
+    """The Loop as one ``loop`` step whose body is a nested program (see the module
+    docstring); ``why`` says why it is not unrolled, for the errors."""
+    carried = list(n.inputs[2:])
+    n_carried = len(carried)
+    if len(body.output) > 1 + n_carried:
+        raise n.fail(f"{why}, so it runs at run time, where its scan outputs (body outputs "
+                     f"past the {n_carried} carried values) have no size graphrt can plan")
+    if any(value in b.sequences for value in carried):
+        raise n.fail(f"{why}, so it runs at run time, where graphrt carries tensors only, not "
+                     "sequences")
+    sub = Builder(opsets=b.opsets)
+    types = [TensorType((), "int64"), TensorType((), "bool"), *(b.type(v) for v in carried)]
+    outside = sorted(name for name in _outer_reads(body) if name in b.names)
+    closure = [b.names[name] for name in outside]
+    if any(value in b.sequences for value in closure):
+        raise n.fail(f"{why}, so it runs at run time, where its body cannot read a sequence "
+                     "from outside")
+    slot_inputs = [sub.input(f"%loop{k}", t) for k, t in enumerate(types)]
+    sub.names = {}
+    for name, value in zip(outside, closure, strict=True):
+        sub.names[name] = (sub.constant(b.constants[value]) if b.is_constant(value) else
+                           sub.input(f"%outside{len(slot_inputs)}", b.type(value)))
+        if not b.is_constant(value):
+            slot_inputs.append(sub.names[name])
+    if any(type(d) is not int for t in sub.types.values() for d in t.shape):
+        raise n.fail(f"{why}, so it runs at run time, which graphrt does not do over symbolic "
+                     "shapes yet; give the model fixed shapes (shapes=...)")
+    names = [i.name for i in body.input]
+    if len(names) != 2 + n_carried:
+        raise n.fail(f"the body takes {len(names)} inputs; a Loop with {n_carried} carried "
+                     f"values needs {2 + n_carried}")
+    outs = convert_subgraph(sub, body, dict(zip(names, slot_inputs, strict=False)), n)
+    if sub.data_vars or sub.shape_vars:
+        raise n.fail(f"{why}, so it runs at run time, where its body may not use ops whose "
+                     "output shapes follow their data")
+    for k, (value, start) in enumerate(zip(outs[1:], slot_inputs[2:], strict=False)):
+        if sub.type(value) != sub.type(start):
+            given, kept = sub.type(value), sub.type(start)
+            raise n.fail(f"{why}, so it runs at run time, where carried value {k} must keep its "
+                         f"type, but the body turns {kept.dtype}{list(kept.shape)} into "
+                         f"{given.dtype}{list(given.shape)}")
+    cond_type = sub.type(outs[0])
+    if cond_type.dtype != "bool" or any(d != 1 for d in cond_type.shape):
+        raise n.fail(f"the body's condition is {cond_type.dtype}{list(cond_type.shape)}, not "
+                     "one bool")
+    used = {v for step in sub.steps for v in step.inputs} | set(outs)
+    constants = [name for name in sub.constants if name in used]
+    slot = {value: k for k, value in enumerate([*slot_inputs, *constants])}
+    steps = []
+    for step in sub.steps:
+        for out in step.outputs:
+            slot[out] = len(slot)
+        steps.append({"op": step.op, "inputs": [slot[v] for v in step.inputs],
+                      "outputs": [slot[v] for v in step.outputs], "attrs": step.attrs})
+    trips = n.input(0) or b.constant(np.array(np.iinfo(np.int64).max))
+    cond = n.input(1) or b.constant(np.array(True))
+    outer_constants = [b.constant(sub.constants[name]) for name in constants]
+    inputs = [trips, cond, *carried, *(v for v in closure if not b.is_constant(v)),
+              *outer_constants]
+    return b.op("loop", inputs, {"body": steps, "n_carried": n_carried, "n_slots": len(slot),
+                                 "results": [slot[v] for v in outs]})
+
+
+def _unrolled_or_runtime(b: Builder, n: OnnxNode, body: Any) -> list[str]:
+    """The Loop unrolled; where it turns out too long, at run time."""
+    mark = (len(b.steps), dict(b.data_vars), dict(b.var_ranges))
+    try:
+        return _unrolled(b, n, body)
+    except _TooLong as err:
+        del b.steps[mark[0]:]  # the partial unrolling: nothing reads it
+        b.data_vars, b.var_ranges = mark[1], mark[2]
+        try:
+            return _runtime_loop(b, n, body, "the Loop runs more iterations than graphrt "
+                                 "unrolls")
+        except ConversionError:
+            raise err from None
 
 
 def _stack(b: Builder, parts: Sequence[str], axis: int = 0) -> str:
@@ -218,6 +320,21 @@ def _stack(b: Builder, parts: Sequence[str], axis: int = 0) -> str:
 @converter("Loop", since=1)
 def _loop(b: Builder, n: OnnxNode) -> list[str]:
     body = n.attr("body")
+    count = n.input(0)
+    if count is not None and not b.is_constant(count):
+        try:
+            return _runtime_loop(b, n, body, "the Loop's trip count M is computed at run time")
+        except ConversionError as err:  # unrolling needs M: the backend freezes it
+            detail = str(err).removeprefix(f"{n.label}: ")
+            b.constant_value(count, f"the trip count M (to unroll the Loop: {detail})")
+            raise
+    if count is None and _constant_flag(b, n.input(1)) is not False:
+        return _runtime_loop(b, n, body, "the Loop has no trip count (M), so only its "
+                             "condition ends it")
+    return _unrolled_or_runtime(b, n, body)
+
+
+def _unrolled(b: Builder, n: OnnxNode, body: Any) -> list[str]:
     trips = _trip_count(b, n)
     carried = [name for name in n.inputs[2:]]
     n_state = len(carried)
@@ -227,12 +344,8 @@ def _loop(b: Builder, n: OnnxNode) -> list[str]:
                      f"outputs; a Loop with {n_state} carried values needs {2 + n_state} and at "
                      f"least {1 + n_state}")
     flag = _constant_flag(b, n.input(1))
-    if trips is None:
-        if flag is False:
-            trips = 0
-        else:
-            raise n.fail("a Loop without a trip count (M) runs until its condition fails, "
-                         "which graphrt cannot plan; give the loop a maximum trip count")
+    if trips is None:  # no M and a condition known False
+        trips = 0
     names = [i.name for i in body.input]
     # ``live`` feeds the next iteration; ``kept`` is what the loop gives, frozen once a
     # run-time condition fails. Feeding the unfrozen values on keeps counters the body carries
