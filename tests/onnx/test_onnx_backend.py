@@ -56,7 +56,6 @@ _FAMILIES: dict[str, tuple[str, ...]] = {
     "the ai.onnx.ml domain (classical ML)": (
         "ai.onnx.ml.TreeEnsemble", "ai.onnx.ml.ArrayFeatureExtractor", "ai.onnx.ml.Binarizer",
         "ai.onnx.ml.LabelEncoder"),
-    "the ai.onnx.preview domain (experimental ops)": ("ai.onnx.preview.FlexAttention",),
 }
 EXCLUDED_OPS = {op: reason for reason, ops in _FAMILIES.items() for op in ops}
 

@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (registration)
     control_flow,
     data_shapes,
     elementwise,
+    flex_attention,
     gradient,
     integer_linear,
     llm,

@@ -22,7 +22,7 @@ from ..model import OnnxNode
 from ..registry import converter
 from .common import const_ints
 
-_SOFTMAX_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
+SOFTMAX_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 """ONNX TensorProto element types accepted as ``softmax_precision``."""
 
 _QK_OUTPUT = {0: "scores", 1: "scores", 2: "biased", 3: "probs"}
@@ -156,7 +156,7 @@ def _attention(b: Builder, n: OnnxNode, nonpad_input: bool, windows: bool) -> li
     if softcap < 0:
         raise n.fail(f"softcap must be >= 0, given {softcap}")
     precision = n.attr("softmax_precision", None)
-    if precision is not None and precision not in _SOFTMAX_DTYPES:
+    if precision is not None and precision not in SOFTMAX_DTYPES:
         raise n.fail(f"softmax_precision {precision} is not a float type (1, 10, 11 or 16)")
     mode = n.attr("qk_matmul_output_mode", 0)
     if mode not in _QK_OUTPUT:
@@ -197,7 +197,7 @@ def _attention(b: Builder, n: OnnxNode, nonpad_input: bool, windows: bool) -> li
     inputs = [q, k, v] + [x for x in (bias, allowed) if x is not None]
     outs = b.op("attention", inputs, {
         "scale": float(scale), "softcap": softcap,
-        "softmax_dtype": _SOFTMAX_DTYPES[precision] if precision is not None else None,
+        "softmax_dtype": SOFTMAX_DTYPES[precision] if precision is not None else None,
         "bias": bias is not None, "mask": allowed is not None,
         "qk_output": _QK_OUTPUT[mode] if want_qk else "none"})
     y = outs[0]
