@@ -275,3 +275,38 @@ def test_a_scripted_torch_model_with_a_data_dependent_if_and_loop(tmp_path: Any)
             (got,) = module(x=given.numpy())
             np.testing.assert_allclose(np.asarray(got), scripted(given).numpy(), rtol=1e-6,
                                        err_msg=f"{device} {values}")
+
+
+def test_a_run_time_loop_over_a_symbolic_batch_runs_at_every_batch() -> None:
+    model = _while_loop(None)
+    for value_info in [*model.graph.input, model.graph.output[0]]:
+        value_info.type.tensor_type.shape.dim[0].dim_param = "batch"
+    module = graphrt.from_onnx(model, dim_bounds={"batch": 4}).create("cpu")
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for batch in (1, 2, 3, 4):
+        feed = {"x": rng.uniform(0, 40, (batch, 3)).astype(np.float32),
+                "y0": rng.uniform(0, 1, (batch, 3)).astype(np.float32)}
+        for got, expected in zip(module(**feed), session.run(None, feed), strict=True):
+            np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_a_run_time_loop_whose_body_depends_on_a_symbolic_size_is_refused_by_name() -> None:
+    """The body is converted once, at the bounds: one whose steps would differ at another
+    batch (a reshape to the carried value's own shape) cannot stay symbolic."""
+    body = helper.make_graph(
+        [helper.make_node("Shape", ["y_in"], ["shape"]),
+         helper.make_node("Reshape", ["y_in", "flat"], ["f"]),
+         helper.make_node("Reshape", ["f", "shape"], ["y_out"]),
+         helper.make_node("Identity", ["c"], ["go"])],
+        "body", [_value("i", I64, []), _value("c", B, []), _value("y_in", F, ["batch", 3])],
+        [_value("go", B, []), _value("y_out", F, ["batch", 3])],
+        [numpy_helper.from_array(np.array([-1], np.int64), "flat")])
+    model = _model([helper.make_node("Loop", ["", "start", "y0"], ["y"], body=body)],
+                   [_value("y0", F, ["batch", 3])], [_value("y", F, ["batch", 3])],
+                   [numpy_helper.from_array(np.array(True), "start")])
+    with pytest.raises(graphrt.ConversionError,
+                       match=r"'Loop #0'.*attribute 'body' of op 'loop'.*changes with the "
+                             r"symbolic dimensions"):
+        graphrt.from_onnx(model, dim_bounds={"batch": 4})

@@ -15,7 +15,9 @@ so what reaches the graph is ordinary steps:
   iterations than unrolling may make runs at run time instead: its body becomes the nested
   program of one ``loop`` step (:mod:`graphrt.ops.control_flow`), which reads the body's
   outside values and constants as inputs. Its carried values must keep their shapes and dtypes
-  from iteration to iteration and it may have no scan outputs, whose size nothing bounds.
+  from iteration to iteration and it may have no scan outputs, whose size nothing bounds. The
+  body converts once; over symbolic dimensions, conversions at other sizes must give the same
+  body (checked like every other step's attributes).
 - ``Scan`` is unrolled over its scan axis, whose length must be known (not a symbolic
   dimension), in either direction, with its outputs stacked on their axes.
 - ``SequenceMap`` runs its body once per element.
@@ -253,9 +255,6 @@ def _runtime_loop(b: Builder, n: OnnxNode, body: Any, why: str) -> list[str]:
                            sub.input(f"%outside{len(slot_inputs)}", b.type(value)))
         if not b.is_constant(value):
             slot_inputs.append(sub.names[name])
-    if any(type(d) is not int for t in sub.types.values() for d in t.shape):
-        raise n.fail(f"{why}, so it runs at run time, which graphrt does not do over symbolic "
-                     "shapes yet; give the model fixed shapes (shapes=...)")
     names = [i.name for i in body.input]
     if len(names) != 2 + n_carried:
         raise n.fail(f"the body takes {len(names)} inputs; a Loop with {n_carried} carried "
