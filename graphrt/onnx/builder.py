@@ -247,7 +247,8 @@ class Builder:
         """Apply standard op ``op_name``; returns its output value names.
 
         The output types come from the op's shape function; when every input is a constant
-        the op runs on the host now and its outputs are constants.
+        the op runs on the host now and its outputs are constants (never a random op's: it
+        draws anew on every run).
 
         Raises:
             ConversionError: bad attributes, or the shape function refuses the inputs.
@@ -283,7 +284,7 @@ class Builder:
                                   f"outputs, expected {num_outputs}")
         for index, tensor in enumerate(out_types):
             self._check_size(tensor, f"output {index} of op {op_name!r}")
-        if inputs and all(name in self.constants for name in inputs) and all(
+        if inputs and not op.random and all(name in self.constants for name in inputs) and all(
                 nbytes(t) <= FOLD_LIMIT for t in out_types) and self._may_compute(
                 sum(nbytes(t) for t in out_types)):
             outputs = self._fold(op_name, op, parsed, inputs, out_types)

@@ -26,6 +26,7 @@ from . import (  # noqa: F401  (registration)
     normalization,
     pooling,
     quantize,
+    random,
     recurrent,
     reductions,
     resize,

@@ -43,6 +43,7 @@ __all__ = [
     "check_fill",
     "gemm_dtype",
     "get_op",
+    "host_values",
     "matmul",
     "normalize_axis",
     "numpy_api",
@@ -133,6 +134,8 @@ class OpDef:
         bound: for an op whose output shapes follow its input values, the largest each output
             can be from the input types alone, and the axes the values decide (see
             :data:`Bound`); None for the others.
+        random: the op draws random numbers, so it is not a pure function of its inputs
+            (unless seeded): it is never computed at conversion, even on constant inputs.
     """
 
     name: str
@@ -146,6 +149,7 @@ class OpDef:
     direct: Direct | None = None
     workspace: Workspace | None = None
     bound: Bound | None = None
+    random: bool = False
 
     def positional(self, xp: Any, attrs: Any, n_inputs: int) -> Callable[..., None]:
         """The reference as ``kernel(*inputs, *outputs)`` for namespace ``xp`` and ``attrs``
@@ -289,6 +293,14 @@ def numpy_api(xp: Any) -> bool:
     costs nothing in host memory). Which kernel runs an op is never decided here but in
     :mod:`graphrt.kernels`."""
     return xp is np
+
+
+def host_values(xp: Any, array: Any) -> np.ndarray[Any, Any]:
+    """``array``'s values as a plain host numpy array: a view on cpu and sim, a copy read back
+    from a device library's array (cupy), for a reference that must see values on the host."""
+    if isinstance(array, np.ndarray):
+        return array.view(np.ndarray)
+    return np.asarray(xp.asnumpy(array))
 
 
 @lru_cache(maxsize=128)

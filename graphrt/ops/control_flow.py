@@ -42,8 +42,7 @@ import numpy as np
 from pydantic import Field, PrivateAttr
 
 from ..schema import parse_dtype
-from .base import Attrs, OpDef, OpError, TensorType, get_op, register_op
-from .data_shapes import _host
+from .base import Attrs, OpDef, OpError, TensorType, get_op, host_values, register_op
 
 __all__: list[str] = []
 
@@ -111,7 +110,7 @@ def _loop_infer(types: Sequence[TensorType], attrs: LoopAttrs, data: Sequence[An
 
 
 def _flag(xp: Any, array: Any, what: str) -> Any:
-    values = _host(xp, array).reshape(-1)
+    values = host_values(xp, array).reshape(-1)
     if values.size != 1:
         raise OpError(f"loop: {what} must have one element, it has {values.size}")
     return values[0]
@@ -138,7 +137,7 @@ def _loop_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         for op, parsed, step, needs in program:
             arrays = [slots[slot] for slot in step.inputs]
             types = [TensorType(tuple(a.shape), a.dtype.name) for a in arrays]
-            data = [_host(xp, a) if need else None for a, need in zip(arrays, needs,
+            data = [host_values(xp, a) if need else None for a, need in zip(arrays, needs,
                                                                        strict=True)]
             results = [xp.empty_like(inputs[0], dtype=parse_dtype(t.dtype).numpy, shape=t.shape)
                        for t in op.infer(types, parsed, data)]

@@ -26,17 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import Attrs, OpDef, OpError, TensorType, normalize_axis, register_op
+from .base import Attrs, OpDef, OpError, TensorType, host_values, normalize_axis, register_op
 from .indexing import TopkAttrs, _topk_compute
 
 __all__: list[str] = []
-
-
-def _host(xp: Any, array: Any) -> np.ndarray[Any, Any]:
-    """A device array's values as a plain host array (a copy on cuda, a view on sim)."""
-    if isinstance(array, np.ndarray):
-        return array.view(np.ndarray)
-    return np.asarray(xp.asnumpy(array))
 
 
 def _values(name: str, data: Sequence[Any], index: int, role: str) -> np.ndarray[Any, Any]:
@@ -157,7 +150,7 @@ def _unique_bound(types: Sequence[TensorType], attrs: UniqueAttrs
 
 def _unique_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                     attrs: UniqueAttrs) -> None:
-    found = _unique(_host(xp, inputs[0]), attrs)
+    found = _unique(host_values(xp, inputs[0]), attrs)
     for out, value in zip(outputs, found, strict=True):
         if out.size:
             out[...] = value
@@ -270,7 +263,7 @@ def _nms_bound(types: Sequence[TensorType], attrs: NmsAttrs
 def _nms_compute(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                  attrs: NmsAttrs) -> None:
     if outputs[0].size:
-        outputs[0][...] = _nms([_host(xp, v) for v in inputs], attrs)
+        outputs[0][...] = _nms([host_values(xp, v) for v in inputs], attrs)
 
 
 register_op(OpDef(name="non_max_suppression", attrs=NmsAttrs, arity=None, infer=_nms_infer,

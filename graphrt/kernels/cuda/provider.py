@@ -31,9 +31,12 @@ class CudaProvider:
 
     name = "cuda"
 
-    UNSUPPORTED = frozenset({"cast_bfloat16", "cast_low_precision"})
-    """Ops whose reference cupy cannot run (it has no bfloat16, float8, int4, ...): placement
-    keeps them on a host device."""
+    UNSUPPORTED = frozenset({"cast_bfloat16", "cast_low_precision", "random_uniform",
+                             "random_normal", "random_uniform_like", "random_normal_like",
+                             "bernoulli", "multinomial"})
+    """Ops whose reference cupy cannot run (it has no bfloat16, float8, int4, ...) or that draw
+    with numpy's generator on the host (the random ops, whose seeded values are numpy's on
+    every device): placement keeps them on a host device."""
 
     CUBLAS = frozenset({"dense", "matmul", "batch_matmul", "conv", "conv2d", "conv_transpose",
                         "conv2d_transpose", "einsum", "attention", "col2im", "rnn", "gru",
