@@ -324,6 +324,8 @@ def load_model(model: Any) -> LoadedModel:
     if "" not in opsets:
         if proto.ir_version and proto.ir_version < 3:
             opsets[""] = 1
+        elif opsets and not any(node.domain in _DEFAULT_DOMAINS for node in proto.graph.node):
+            opsets[""] = MAX_OPSET  # only other domains' ops (ai.onnx.ml): none to version
         else:
             raise ConversionError(f"{source}: the model imports no default-domain opset")
     opset = opsets[""]

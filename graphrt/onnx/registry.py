@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache
 
 from ..errors import ConversionError
 from .builder import Builder
-from .model import MAX_OPSET, MIN_OPSET, OnnxNode
+from .model import MAX_OPSET, MIN_OPSET, OnnxNode, require_onnx
 
 __all__ = ["CONVERTERS", "Converter", "check_supported", "converter", "find_converter",
            "supported_table"]
@@ -86,10 +87,22 @@ def check_supported(nodes: Iterable[OnnxNode]) -> None:
                           f"{len(missing)} node(s):\n" + "\n".join(lines) + more)
 
 
+@cache
+def _newest_opset(domain: str) -> int:
+    """The newest opset of ``domain`` the installed onnx knows (its newest op version)."""
+    schemas = require_onnx().defs.get_all_schemas_with_history()
+    return int(max(schema.since_version for schema in schemas if schema.domain == domain))
+
+
 def supported_table() -> list[tuple[str, int, int]]:
-    """``(op_type, first opset, last opset)`` of every converter, sorted by op type."""
+    """``(op_type, first opset, last opset)`` of every converter, sorted by op type: opsets of
+    the default domain, or of the op's own (``ai.onnx.ml.TreeEnsemble``: ``ai.onnx.ml``'s)."""
     rows = []
     for op_type, entries in CONVERTERS.items():
+        domain = op_type.rpartition(".")[0]
         for entry in entries:
-            rows.append((op_type, max(entry.since, MIN_OPSET), entry.until or MAX_OPSET))
+            if domain:
+                rows.append((op_type, entry.since, entry.until or _newest_opset(domain)))
+            else:
+                rows.append((op_type, max(entry.since, MIN_OPSET), entry.until or MAX_OPSET))
     return sorted(rows)

@@ -15,6 +15,7 @@ Example:
 from . import (  # noqa: F401  (registration)
     activations,
     attention,
+    classical_ml,
     control_flow,
     convolution,
     data_shapes,

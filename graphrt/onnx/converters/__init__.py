@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401  (registration)
     attention,
+    classical_ml,
     control_flow,
     data_shapes,
     elementwise,
