@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx_harness import run_ort, run_reference, typed
+from onnx_harness import close, run_ort, run_reference, typed
 from ops_harness import run_op
 from ort_compat import ort_ir_version
 
@@ -56,16 +56,6 @@ def ml_model(op: str, inputs: dict[str, np.ndarray], outputs: int = 1, ml_opset:
 
 def run(model: Any, data: dict[str, np.ndarray], device: str = "cpu") -> list[np.ndarray]:
     return [np.array(out) for out in graphrt.from_onnx(model).create(device)(**data)]
-
-
-def close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape, (
-        got.dtype, got.shape, want.dtype, want.shape)
-    if got.dtype.kind in "iub":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
-                                   atol=atol, equal_nan=True)
 
 
 def refused(model: Any, *words: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx_harness import run_ort, run_reference, typed
+from onnx_harness import close, run_ort, run_reference, typed
 from ops_harness import run_op
 from ort_compat import ort_ir_version
 
@@ -54,16 +54,6 @@ def feeds(inputs: list[tuple[str, np.ndarray | None, bool]]) -> dict[str, np.nda
 def run(built: Any, data: dict[str, np.ndarray], device: str) -> np.ndarray:
     (out,) = graphrt.from_onnx(built).create(device)(**data)
     return np.array(out)
-
-
-def close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape, (
-        got.dtype, got.shape, want.dtype, want.shape)
-    if got.dtype.kind in "iub":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
-                                   atol=atol, equal_nan=True)
 
 
 def signal(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:

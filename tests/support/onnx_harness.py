@@ -89,3 +89,15 @@ def typed(model: Any, elem: int) -> Any:
         if not output.type.tensor_type.HasField("shape"):
             output.type.tensor_type.shape.SetInParent()
     return model
+
+
+def close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    """Same dtype and shape; equal integers and booleans, floats within the tolerances (NaN
+    where the other has NaN)."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (
+        got.dtype, got.shape, want.dtype, want.shape)
+    if got.dtype.kind in "iub":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                                   atol=atol, equal_nan=True)
