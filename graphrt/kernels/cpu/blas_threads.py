@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["blas_held"]
+__all__ = ["blas_held", "blas_holders"]
 
 
 class _Hold:
@@ -77,6 +77,12 @@ def _set_threads(lib: Any, count: int) -> None:
 
 
 _HOLD = _Hold()
+
+
+def blas_holders() -> int:
+    """How many holders keep BLAS's threads down now (0: none): while the executor's lanes
+    run branches at once, a kernel with helper threads of its own runs on its caller alone."""
+    return _HOLD._holders
 
 
 @contextmanager

@@ -53,7 +53,8 @@ from numba.extending import intrinsic
 from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
 
 __all__ = ["CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "PADDING", "PIXELS", "RELU", "RESIDUAL",
-           "ROWS", "SPAN", "conv_jobs", "depthwise_jobs", "pack_weights", "pointwise_jobs"]
+           "ROWS", "SPAN", "conv_jobs", "dense_jobs", "depthwise_jobs", "pack_rows",
+           "pack_weights", "pointwise_jobs"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""
@@ -519,6 +520,78 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                     _panel(weights, w0, depth, panel, 0, SPAN, bias, block * ROWS, scratch,
                            0, SPAN, nothing, 0)  # type: ignore[call-arg]
                 _from_scratch(out, o0, length, scratch, rows, count, SPAN, 1, residual, flags,
+                              bounds)
+        done(counters, 0, last - first)
+    return finish(counters, total, bell, caller, call, spins)
+
+
+@numba.njit(types.void(types.Array(types.float32, 2, "A", readonly=True), _FLOATS),
+            cache=True, nogil=True)
+def pack_rows(data: np.ndarray, packed: np.ndarray) -> None:
+    """``data`` ``[m, k]`` into ``packed`` ``[ceil(m/6), k + 1, 6]`` (flattened): 6 rows at a
+    time, a one as step ``k``, zeros past ``m`` (:func:`dense_jobs`' left operand)."""
+    m, k = data.shape
+    for block in range((m + ROWS - 1) // ROWS):
+        base, first = block * (k + 1) * ROWS, block * ROWS
+        height = min(ROWS, m - first)
+        if height == ROWS:
+            for t in range(k):
+                for r in range(ROWS):
+                    packed[base + t * ROWS + r] = data[first + r, t]
+        else:
+            packed[base:base + (k + 1) * ROWS] = 0.0
+            for t in range(k):
+                for r in range(height):
+                    packed[base + t * ROWS + r] = data[first + r, t]
+        for r in range(height):
+            packed[base + k * ROWS + r] = 1.0
+
+
+@numba.njit(types.boolean(_FLOATS_IN, types.int64, _FLOATS_IN, types.int64, types.int64,
+                          _FLOATS_IN, _FLOATS, _FLOATS_IN, types.int64, _FLOATS_IN, types.int64,
+                          *JOBS), cache=True, nogil=True)
+def dense_jobs(rows: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
+               zeros: np.ndarray, out: np.ndarray, residual: np.ndarray, flags: int,
+               bounds: np.ndarray, chunk: int, counters: np.ndarray, grain: int,
+               bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """A matrix product ``out`` ``[m, n]`` (flattened) of packed operands, on the pointwise
+    micro-kernel (:func:`_panel`): ``rows`` the left operand packed 6 rows at a time
+    (``[ceil(m/6), depth, 6]``), ``columns`` the right one packed 16 columns at a time
+    (``[ceil(n/16), depth, 16]``), both zero past ``m`` and ``n``; ``zeros`` 6 zeros (the
+    micro-kernel's row bias: a column bias is the packing's last step of ``depth``, times a
+    row of ones). Jobs are one 16-column panel by ``chunk`` blocks of 6 rows (the panel stays
+    in cache over them), claimed as in :func:`conv_jobs` (whose last six arguments these
+    are); a tile short of rows or columns is stored through a scratch tile."""
+    if caller:
+        ring(bell)
+    blocks = (m + ROWS - 1) // ROWS
+    chunks = (blocks + chunk - 1) // chunk
+    tiles = (n + SPAN - 1) // SPAN
+    total = tiles * chunks
+    scratch = np.empty(ROWS * SPAN, np.float32)
+    nothing = scratch[:0]
+    while True:
+        first, last = claim(counters, 0, grain, total)
+        if first >= last:
+            break
+        for job in range(first, last):
+            tile = job % tiles
+            k = job // tiles
+            x0 = tile * depth * SPAN
+            count = min(SPAN, n - tile * SPAN)
+            for block in range(k * chunk, min(blocks, (k + 1) * chunk)):
+                height = min(ROWS, m - block * ROWS)
+                o0 = block * ROWS * n + tile * SPAN
+                w0 = block * depth * ROWS
+                if count == SPAN and height == ROWS:
+                    _panel(rows, w0, depth, columns, x0, SPAN, zeros, 0, out, o0, n,
+                           residual, flags)  # type: ignore[call-arg]  # (typingctx)
+                    if flags & CLIP:
+                        _clamp(out, o0, n, ROWS, SPAN, bounds)
+                    continue
+                _panel(rows, w0, depth, columns, x0, SPAN, zeros, 0, scratch, 0, SPAN,
+                       nothing, 0)  # type: ignore[call-arg]
+                _from_scratch(out, o0, n, scratch, height, count, SPAN, 1, residual, flags,
                               bounds)
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)

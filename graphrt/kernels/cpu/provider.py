@@ -7,8 +7,10 @@
   :mod:`graphrt.kernels.cpu.pool`).
 - ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
   float64; :mod:`graphrt.kernels.cpu.row_kernels`).
-- ``dense``, ``matmul``, ``batch_matmul``: the reference under the graph's BLAS thread policy
-  (below).
+- ``dense``, ``matmul``, ``batch_matmul`` by a 2-D weight that is a param, float32, with at
+  least 16 rows: the packed product on the helper threads, with its ``+ residual`` / relu /
+  clip epilogue (:mod:`graphrt.kernels.cpu.dense`); otherwise the reference under the graph's
+  BLAS thread policy (below).
 - runs of elementwise steps: one compiled loop per run (static shapes only;
   :mod:`graphrt.kernels.cpu.loops`).
 
@@ -39,6 +41,7 @@ from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
 from .blas_threads import blas_held
 from .conv import conv_epilogue, conv_plan, run_conv_with
 from .crew import quiet
+from .dense import dense_call
 from .jit import direct_conv, rows_call
 from .loops import fused_runs
 from .pool import max_pool_call
@@ -64,18 +67,21 @@ class CpuProvider:
     Attributes:
         crew: whether this graph runs a kernel on the helper threads (set while its ops are
             prepared, at ``create()``; its GEMMs follow the BLAS policy then).
+        blas_gemms: whether some product of this graph runs on BLAS (set likewise): its
+            products by params then run there too (:mod:`graphrt.kernels.cpu.dense`).
     """
 
     name = "cpu"
 
     def __init__(self) -> None:
         self.crew = False
+        self.blas_gemms = False
 
     def supports(self, op: OpDef) -> bool:
         return op.name in _OPS
 
     def takes_epilogue(self, op: OpDef) -> bool:
-        return op.name in _CONVS
+        return op.name in _CONVS or op.name in _GEMMS
 
     def prepare(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType],
                 outputs: Sequence[TensorType], epilogue: Epilogue, *, dynamic: bool,
@@ -83,6 +89,13 @@ class CpuProvider:
         name = op.name
         if name in _CONVS:
             return self._conv(op, attrs, inputs, outputs[0], epilogue, dynamic, xp)
+        if name in _GEMMS:
+            packed = None if dynamic else dense_call(
+                name, attrs, inputs, outputs[0], epilogue, op.positional(xp, attrs, len(inputs)),
+                lambda: not self.blas_gemms)
+            if packed is not None:
+                return Prepared(packed, capturable=False, provider=self.name)
+            self.blas_gemms = True
         if epilogue:
             return None
         call: Callable[..., None] | None = None

@@ -1,0 +1,153 @@
+"""Matrix products by a weight on the compiled micro-kernel, the weight packed once at load.
+
+``dense`` (``x @ w.T + bias``) and ``matmul`` / ``batch_matmul`` by a 2-D right operand run
+here when that operand is a param (frozen: :mod:`graphrt.devices.frozen`), everything is
+float32 and there are at least :data:`MIN_ROWS` rows: the weight is packed 16 columns at a
+time with the bias as one more step of the reduction (:func:`pack_columns`, once per loaded
+param), the data 6 rows at a time with a column of ones on every call
+(:func:`graphrt.kernels.cpu.direct_conv.pack_rows`),
+and :func:`graphrt.kernels.cpu.direct_conv.dense_jobs` runs the tiles on the helper threads,
+adding a residual and applying relu or a clip as it stores. OpenBLAS packs the weight again
+on every call (for 64 rows by 1024 that was a quarter of its time) and its workers spin for
+about 0.1 s after each call, taking the core a convolution's helper needs. A weight that is
+not a param (fed at run time), or fewer rows (a matrix-vector product, bound by memory), take
+the reference on BLAS, with the epilogue applied after it; so does every product of a graph
+that also runs a product on BLAS (attention's, whose operands are both activations): the
+helper threads spinning after a packed product and OpenBLAS's workers spinning after theirs
+took each other's cores, and a BERT-style encoder ran 1.5x slower than on BLAS alone.
+
+Example:
+    >>> import numpy as np
+    >>> from graphrt.devices.frozen import freeze
+    >>> from graphrt.kernels.base import NO_EPILOGUE
+    >>> from graphrt.ops import TensorType
+    >>> x, w = np.ones((32, 8), np.float32), np.full((3, 8), 0.5, np.float32)
+    >>> bias = np.arange(3, dtype=np.float32)
+    >>> freeze(w); freeze(bias)
+    >>> types = [TensorType(x.shape, "float32"), TensorType(w.shape, "float32"),
+    ...          TensorType(bias.shape, "float32")]
+    >>> call = dense_call("dense", None, types, TensorType((32, 3), "float32"), NO_EPILOGUE,
+    ...                   lambda x, w, b, out: None)
+    >>> out = np.empty((32, 3), np.float32)
+    >>> call(x, w, bias, out)
+    >>> out[0].tolist()
+    [4.0, 5.0, 6.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from ...devices.frozen import derived, is_frozen
+from ...ops import TensorType
+from ..base import Epilogue
+from .blas_threads import blas_holders
+from .crew import run_jobs
+from .jit import direct_conv
+
+__all__ = ["MIN_ROWS", "dense_call", "pack_columns"]
+
+MIN_ROWS = 16
+"""Rows (the product of the data's leading dimensions) below which the reference runs: fewer
+rows are mostly a read of the weight from memory, which BLAS's matrix-vector kernels do."""
+
+_ROWS, _SPAN = 6, 16  # the micro-kernel's tile (direct_conv.ROWS, direct_conv.SPAN)
+_CHUNK_BYTES = 1 << 19
+"""Packed data bytes one job runs over one 16-column panel (which stays in cache)."""
+_MIN_WORK = 1 << 21
+"""Multiply-adds below which a product runs on the calling thread alone."""
+
+
+def pack_columns(weight: np.ndarray[Any, Any], transposed: bool,
+                 bias: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
+    """The right operand (``[N, K]`` when ``transposed``, else ``[K, N]``) as
+    ``[ceil(N/16), K + 1, 16]`` float32, flattened: 16 columns at a time, the bias (or zeros)
+    as step ``K``, zeros past ``N``.
+
+    Example:
+        >>> pack_columns(np.eye(2, dtype=np.float32), False, None).reshape(1, 3, 16)[0, :, :3]
+        array([[1., 0., 0.],
+               [0., 1., 0.],
+               [0., 0., 0.]], dtype=float32)
+    """
+    by_column = weight if transposed else weight.T  # [N, K]
+    n, k = by_column.shape
+    panels = -(-n // _SPAN)
+    packed = np.zeros((panels * _SPAN, k + 1), np.float32)
+    packed[:n, :k] = by_column
+    if bias is not None:
+        packed[:n, k] = bias
+    panel_major: np.ndarray[Any, Any] = packed.reshape(panels, _SPAN, k + 1).transpose(0, 2, 1)
+    return panel_major.ravel()
+
+
+def _epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,
+                    epilogue: Epilogue) -> None:
+    """The epilogue on a stored result (the reference's path)."""
+    if residual is not None:
+        np.add(out, residual, out=out)
+    if epilogue.relu:
+        np.maximum(out, 0, out=out)  # NaN stays NaN
+    if epilogue.clip is not None:
+        np.clip(out, *epilogue.clip, out=out)
+
+
+def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
+               epilogue: Epilogue, reference: Callable[..., None],
+               packing: Callable[[], bool] = lambda: True) -> Callable[..., None] | None:
+    """The kernel of ``op`` (``dense``, ``matmul``, ``batch_matmul``) at these static types,
+    or None where the packed product cannot apply (another dtype, a transposed left
+    operand, a right operand of more than 2 dimensions, too few rows, no numba); it
+    decides on every call whether the weight is a param and ``packing()`` allows it (see the
+    module docstring)."""
+    kernels = direct_conv()
+    if kernels is None or any(t.dtype != "float32" for t in (*inputs, out)):
+        return None
+    if op == "dense":
+        transposed, has_bias = True, len(inputs) == 3
+    elif getattr(attrs, "transpose_a", False) or len(inputs) != 2:
+        return None
+    else:
+        transposed, has_bias = bool(getattr(attrs, "transpose_b", False)), False
+    x, w = inputs[0], inputs[1]
+    if len(w.shape) != 2 or len(x.shape) < 2 or 0 in out.shape:
+        return None
+    m, k = prod(x.shape[:-1]), x.shape[-1]
+    n = w.shape[0] if transposed else w.shape[1]
+    if m < MIN_ROWS or out.shape != (*x.shape[:-1], n):
+        return None
+    n_in, residual_at = len(inputs), epilogue.residual
+    blocks = -(-m // _ROWS)
+    chunk = max(1, min(blocks, _CHUNK_BYTES // ((k + 1) * _ROWS * 4)))
+    jobs = -(-n // _SPAN) * -(-blocks // chunk)
+    parallel, grain = m * n * k >= _MIN_WORK, max(1, min(8, jobs // 32))
+    flags = (kernels.RELU if epilogue.relu else 0) | (0 if epilogue.clip is None
+                                                      else kernels.CLIP)
+    bounds = np.asarray(epilogue.clip or (0.0, 0.0), np.float32)
+    zeros = np.zeros(_ROWS, np.float32)
+
+    def call(*arrays: Any) -> None:
+        weight, bias = arrays[1], arrays[2] if has_bias else None
+        residual = arrays[n_in] if residual_at else None
+        result = arrays[-1]
+        if not (is_frozen(weight) and (bias is None or is_frozen(bias)) and packing()):
+            reference(*arrays[:n_in], result)
+            _epilogue_after(result, residual, epilogue)
+            return
+        columns = derived(weight, ("dense", transposed, id(bias)), lambda: pack_columns(
+            weight, transposed, bias))
+        rows = np.empty(blocks * (k + 1) * _ROWS, np.float32)
+        kernels.pack_rows(np.asarray(arrays[0]).reshape(m, k), rows)
+        flat = result.reshape(-1)
+        extra = (np.ascontiguousarray(residual).reshape(-1) if residual is not None
+                 else flat[:0])
+        run_jobs(kernels.dense_jobs, parallel and not blas_holders(), (
+            rows, k + 1, columns, m, n, zeros, flat, extra,
+            flags | (kernels.RESIDUAL if residual is not None else 0), bounds, chunk,
+            np.zeros(2, np.int64), grain))
+
+    return call

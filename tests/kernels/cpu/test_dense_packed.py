@@ -1,0 +1,166 @@
+"""Products by a param weight on the compiled micro-kernel (graphrt.kernels.cpu.dense): every
+edge of the tiles, the bias folded into the packing, the epilogue, the reference where the
+weight is not a param, and whole graphs that lower to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import graphrt
+from graphrt.devices.frozen import freeze
+from graphrt.kernels import NO_EPILOGUE, Epilogue, chain
+from graphrt.kernels.cpu.dense import MIN_ROWS, dense_call
+from graphrt.lib import TensorType
+from graphrt.ops import get_op
+
+pytest.importorskip("numba")
+
+RNG = np.random.default_rng(5)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    copy = array.copy()
+    freeze(copy)
+    return copy
+
+
+def _types(*arrays: np.ndarray) -> list[TensorType]:
+    return [TensorType(a.shape, str(a.dtype)) for a in arrays]
+
+
+def _reference(op: str, attrs: Any, n_in: int) -> Any:
+    return get_op(op).positional(np, attrs, n_in)
+
+
+@pytest.mark.parametrize("m, k, n", [(16, 3, 5), (17, 64, 16), (23, 33, 47), (64, 1024, 96),
+                                     (130, 7, 33)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_dense_matches_numpy_at_every_tile_edge(m: int, k: int, n: int, bias: bool) -> None:
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = _frozen(RNG.standard_normal((n, k)).astype(np.float32))
+    b = _frozen(RNG.standard_normal(n).astype(np.float32))
+    inputs = [x, w, b] if bias else [x, w]
+    op = get_op("dense")
+    call = dense_call("dense", op.attrs(), _types(*inputs), TensorType((m, n), "float32"),
+                      NO_EPILOGUE, _reference("dense", op.attrs(), len(inputs)))
+    assert call is not None
+    out = np.full((m, n), np.nan, np.float32)
+    call(*inputs, out)
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + (b if bias else 0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_matmul_by_a_2d_param_flattens_the_leading_axes(transpose_b: bool) -> None:
+    a = RNG.standard_normal((2, 9, 40)).astype(np.float32)
+    b = _frozen(RNG.standard_normal((24, 40) if transpose_b else (40, 24)).astype(np.float32))
+    op = get_op("matmul")
+    attrs = op.attrs(transpose_b=transpose_b)
+    call = dense_call("matmul", attrs, _types(a, b), TensorType((2, 9, 24), "float32"),
+                      NO_EPILOGUE, _reference("matmul", attrs, 2))
+    assert call is not None
+    out = np.empty((2, 9, 24), np.float32)
+    call(a, b, out)
+    np.testing.assert_allclose(out, a @ (b.T if transpose_b else b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("epilogue", [Epilogue(relu=True), Epilogue(residual=True),
+                                      Epilogue(residual=True, relu=True),
+                                      Epilogue(clip=(0.0, 6.0)),
+                                      Epilogue(residual=True, clip=(-1.0, 1.0))])
+@pytest.mark.parametrize("frozen", [True, False])
+def test_the_epilogue_is_applied_on_both_paths(epilogue: Epilogue, frozen: bool) -> None:
+    """Frozen: in the kernel's stores; a weight fed at run time: after the reference."""
+    m, k, n = 29, 20, 37
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = RNG.standard_normal((n, k)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    r = RNG.standard_normal((m, n)).astype(np.float32)
+    r.flat[::11] = np.nan  # NaN stays NaN through relu and clip
+    if frozen:
+        w, b = _frozen(w), _frozen(b)
+    op = get_op("dense")
+    call = dense_call("dense", op.attrs(), _types(x, w, b), TensorType((m, n), "float32"),
+                      epilogue, _reference("dense", op.attrs(), 3))
+    assert call is not None
+    out = np.empty((m, n), np.float32)
+    call(x, w, b, *([r] if epilogue.residual else []), out)
+    want = x @ w.T + b + (r if epilogue.residual else 0)
+    if epilogue.relu:
+        want = np.where(want < 0, 0, want)
+    if epilogue.clip is not None:
+        want = np.clip(want, *epilogue.clip)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def test_where_the_packed_product_does_not_apply_the_reference_runs() -> None:
+    op = get_op("dense")
+    x16, w16 = np.zeros((32, 8), np.float16), np.zeros((4, 8), np.float16)
+    assert dense_call("dense", op.attrs(), _types(x16, w16), TensorType((32, 4), "float16"),
+                      NO_EPILOGUE, _reference("dense", op.attrs(), 2)) is None
+    x, w = np.zeros((MIN_ROWS - 1, 8), np.float32), np.zeros((4, 8), np.float32)
+    assert dense_call("dense", op.attrs(), _types(x, w), TensorType((MIN_ROWS - 1, 4),
+                                                                    "float32"),
+                      NO_EPILOGUE, _reference("dense", op.attrs(), 2)) is None
+    matmul = get_op("matmul")
+    a, b = np.zeros((2, 32, 8), np.float32), np.zeros((2, 8, 4), np.float32)
+    assert dense_call("matmul", matmul.attrs(), _types(a, b),
+                      TensorType((2, 32, 4), "float32"), NO_EPILOGUE,
+                      _reference("matmul", matmul.attrs(), 2)) is None  # a 3-D weight
+
+
+def test_a_param_loaded_again_is_packed_again() -> None:
+    """The packing is derived from the loaded weight: new params give new results."""
+    op = get_op("dense")
+    x = RNG.standard_normal((20, 8)).astype(np.float32)
+    call = dense_call("dense", op.attrs(), _types(x, x[:4]), TensorType((20, 4), "float32"),
+                      NO_EPILOGUE, _reference("dense", op.attrs(), 2))
+    assert call is not None
+    out = np.empty((20, 4), np.float32)
+    for scale in (1.0, 2.0):
+        w = _frozen(np.full((4, 8), scale, np.float32))
+        call(x, w, out)
+        np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_the_cpu_chain_prepares_it_with_the_epilogue() -> None:
+    kernels = chain("cpu", np)
+    op = get_op("dense")
+    types = [TensorType((32, 16), "float32"), TensorType((8, 16), "float32")]
+    prepared = kernels.prepare(op, op.attrs(), types, [TensorType((32, 8), "float32")],
+                               Epilogue(relu=True))
+    assert prepared is not None and prepared.provider == "cpu"
+
+
+def test_an_mlp_graph_runs_on_it_and_matches_onnx_runtime() -> None:
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphrt.onnx.convert import convert_model
+
+    w1 = RNG.standard_normal((48, 32)).astype(np.float32) / 6
+    w2 = RNG.standard_normal((48, 24)).astype(np.float32) / 6
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 24])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+         numpy_helper.from_array(RNG.standard_normal(48).astype(np.float32), "b1")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    lib = convert_model(model, shapes={"x": [40, 32]}).emitted.lib
+    assert any(step["op"] == "dense" for f in lib["functions"].values() for step in f["body"])
+    module = graphrt.from_onnx(model, shapes={"x": [40, 32]}).create("cpu")
+    x = RNG.standard_normal((40, 32)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):  # the second run uses the packed weights kept from the first
+        (got,) = module(x=x)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    del onnx
