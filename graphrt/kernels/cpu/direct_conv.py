@@ -679,6 +679,67 @@ def _plane_epilogue(acc: np.ndarray, residual: np.ndarray, flags: int, bounds: n
             acc[p] = min(max(acc[p], low), high)
 
 
+@numba.njit(cache=True, nogil=True)
+def _small_plane(acc: np.ndarray, x: np.ndarray, x0: int, weights: np.ndarray, w0: int,
+                 start: float, height: int, width: int, oh: int, ow: int, kh: int, kw: int,
+                 ph: int, pw: int, padded: np.ndarray, wide: np.ndarray) -> None:
+    """One channel's plane at stride and dilation 1 through a zero-padded copy: each tap is
+    one loop over the whole plane at the padded width (``oh * (ow + kw - 1)`` sums, the
+    columns past ``ow`` thrown away), long enough to vectorize where the rows are short
+    (7 or 14 pixels: one tap per row cost more than its arithmetic), then compacted into
+    ``acc``. ``padded`` holds ``(oh + kh - 1) * (ow + kw - 1) + kw`` floats, ``wide``
+    ``oh * (ow + kw - 1)``."""
+    span = ow + kw - 1
+    for p in range(padded.shape[0]):
+        padded[p] = 0.0
+    for iy in range(min(height, oh + kh - 1 - ph)):  # rows and columns the outputs read
+        row, at = (iy + ph) * span + pw, x0 + iy * width
+        for ix in range(min(width, span - pw)):
+            padded[row + ix] = x[at + ix]
+    count = oh * span
+    for p in range(count):
+        wide[p] = start
+    for ky in range(kh):
+        for kx in range(kw):
+            tap = weights[w0 + ky * kw + kx]
+            shifted = padded[ky * span + kx:ky * span + kx + count]
+            for p in range(count):
+                wide[p] += tap * shifted[p]
+    for oy in range(oh):
+        for ox in range(ow):
+            acc[oy * ow + ox] = wide[oy * span + ox]
+
+
+@numba.njit(cache=True, nogil=True)
+def _taps_by_row(acc: np.ndarray, x: np.ndarray, x0: int, weights: np.ndarray, c: int,
+                 start: float, geometry: np.ndarray) -> None:
+    """One channel's plane, tap by tap over the output rows and columns whose window reads
+    inside the image (no padded copy, no bounds test in the inner loop)."""
+    height, width, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw = geometry[:12]
+    acc[:] = start
+    for ky in range(kh):
+        shift_y = ky * dh - ph  # input row of output row oy: oy * sh + shift_y
+        y0 = (-shift_y + sh - 1) // sh if shift_y < 0 else 0
+        y1 = min(oh, (height - 1 - shift_y) // sh + 1) if height > shift_y else 0
+        w0 = (c * kh + ky) * kw
+        if kw == 3 and sw == 1:  # a kernel row's three taps in one pass
+            _row_of_three(acc, x, weights, w0, x0, y0, y1, shift_y, width, ow, sh, sw,
+                          dw, pw)
+            continue
+        for kx in range(kw):
+            shift_x = kx * dw - pw
+            x_lo, x_hi = _columns(shift_x, width, ow, sw)
+            if x_lo < x_hi:
+                _tap(acc, x, weights[w0 + kx], x0, y0, y1, shift_y, shift_x, x_lo,
+                     x_hi, width, ow, sh, sw)
+
+
+
+SMALL_PLANE = 32
+"""Output width up to which a stride-1 depthwise plane goes through a padded copy
+(:func:`_small_plane`) instead of tap by tap over its rows."""
+
+
 DEPTHWISE_GEOMETRY = 12
 """Entries of a depthwise job's geometry: height, width, out height, out width, kernel
 height, width, strides, dilations and begin pads (each per axis)."""
@@ -704,6 +765,9 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
     plane_in, plane_out = height * width, oh * ow
     total = out.shape[0] // plane_out
     acc = np.empty(plane_out, np.float32)
+    small = sh == 1 and sw == 1 and dh == 1 and dw == 1 and ow <= SMALL_PLANE
+    padded = np.empty((oh + kh - 1) * (ow + kw - 1) + kw if small else 0, np.float32)
+    wide = np.empty(oh * (ow + kw - 1) if small else 0, np.float32)
     while True:
         first, last = claim(counters, 0, grain, total)
         if first >= last:
@@ -711,22 +775,11 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
         for job in range(first, last):
             c = job % channels
             x0, o0 = job * plane_in, job * plane_out
-            acc[:] = bias[c]
-            for ky in range(kh):
-                shift_y = ky * dh - ph  # input row of output row oy: oy * sh + shift_y
-                y0 = (-shift_y + sh - 1) // sh if shift_y < 0 else 0
-                y1 = min(oh, (height - 1 - shift_y) // sh + 1) if height > shift_y else 0
-                w0 = (c * kh + ky) * kw
-                if kw == 3 and sw == 1:  # a kernel row's three taps in one pass
-                    _row_of_three(acc, x, weights, w0, x0, y0, y1, shift_y, width, ow, sh, sw,
-                                  dw, pw)
-                    continue
-                for kx in range(kw):
-                    shift_x = kx * dw - pw
-                    x_lo, x_hi = _columns(shift_x, width, ow, sw)
-                    if x_lo < x_hi:
-                        _tap(acc, x, weights[w0 + kx], x0, y0, y1, shift_y, shift_x, x_lo,
-                             x_hi, width, ow, sh, sw)
+            if small:
+                _small_plane(acc, x, x0, weights, c * kh * kw, bias[c], height, width, oh, ow,
+                             kh, kw, ph, pw, padded, wide)
+            else:
+                _taps_by_row(acc, x, x0, weights, c, bias[c], geometry)
             if flags:  # loops over slices, one per part of the epilogue: they vectorize
                 _plane_epilogue(acc, residual[o0:o0 + plane_out] if flags & RESIDUAL
                                 else residual, flags, bounds)
