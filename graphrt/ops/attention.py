@@ -33,6 +33,7 @@ from .base import (
     gemm_dtype,
     matmul,
     register_op,
+    window_attrs,
 )
 
 __all__ = ["AttentionAttrs", "Col2ImAttrs", "GridSampleAttrs", "NllLossAttrs"]
@@ -461,15 +462,9 @@ def _col2im_plan(attrs: Col2ImAttrs) -> tuple[list[int], list[int], list[int], l
     dims = len(attrs.image)
     if len(attrs.block) != dims:
         raise OpError(f"block {attrs.block} and image {attrs.image} must have one rank")
-    strides = attrs.strides or [1] * dims
-    dilations = attrs.dilations or [1] * dims
-    pads = attrs.pads or [0] * (2 * dims)
-    if len(strides) != dims or len(dilations) != dims or len(pads) != 2 * dims:
-        raise OpError(f"strides {strides}, dilations {dilations} and pads {pads} must have "
-                      f"{dims}, {dims} and {2 * dims} values")
-    if min(strides) < 1 or min(dilations) < 1 or min(pads) < 0 or min(attrs.block) < 1:
-        raise OpError(f"strides {strides}, dilations {dilations} and block {attrs.block} must "
-                      f"be >= 1 and pads {pads} >= 0")
+    strides, dilations, pads = window_attrs(attrs.strides, attrs.dilations, attrs.pads, dims)
+    if min(attrs.block) < 1:
+        raise OpError(f"block {attrs.block} must be >= 1")
     counts = []
     for k in range(dims):
         span = dilations[k] * (attrs.block[k] - 1) + 1

@@ -49,6 +49,7 @@ __all__ = [
     "numpy_api",
     "register_op",
     "result_dtype",
+    "window_attrs",
 ]
 
 
@@ -258,6 +259,31 @@ def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
         carried = [size for size in sizes if isinstance(size, int) and type(size) is not int]
         result.append(carried[0] if carried else int(sizes[0]) if sizes else 1)
     return tuple(result)
+
+
+def window_attrs(strides: Sequence[int] | None, dilations: Sequence[int] | None,
+                 pads: Sequence[int] | None, dims: int, op: str = ""
+                 ) -> tuple[list[int], list[int], list[int]]:
+    """A window op's strides and dilations (1 per spatial axis where not given) and pads
+    (begins then ends; 0 where not given), checked.
+
+    Raises:
+        OpError: not one value per axis (two for pads), or a stride or dilation below 1, or a
+            negative pad (the message starts with ``op``).
+
+    Example:
+        >>> window_attrs(None, [2, 2], None, 2)
+        ([1, 1], [2, 2], [0, 0, 0, 0])
+    """
+    where = f"{op}: " if op else ""
+    s, d = list(strides or [1] * dims), list(dilations or [1] * dims)
+    p = list(pads or [0] * (2 * dims))
+    if len(s) != dims or len(d) != dims or len(p) != 2 * dims:
+        raise OpError(f"{where}strides {s}, dilations {d} and pads {p} must have {dims}, {dims} "
+                      f"and {2 * dims} values for {dims} spatial axes")
+    if min(s, default=1) < 1 or min(d, default=1) < 1 or min(p, default=0) < 0:
+        raise OpError(f"{where}strides {s} and dilations {d} must be >= 1 and pads {p} >= 0")
+    return s, d, p
 
 
 def normalize_axis(axis: int, ndim: int) -> int:

@@ -75,8 +75,15 @@ class LoopAttrs(Attrs):
                 try:
                     op = get_op(step.op)
                     parsed = op.attrs.model_validate(step.attrs)
-                except (KeyError, ValueError) as err:
+                except (OpError, ValueError) as err:  # an unknown op, bad attributes
                     raise OpError(f"loop: body step {index} ({step.op!r}): {err}") from None
+                arity, made = op.arity, op.outputs_for(parsed)
+                if (arity is not None and len(step.inputs) != arity) or (
+                        not step.inputs and arity != 0) or len(step.outputs) != made:
+                    raise OpError(f"loop: body step {index} ({step.op!r}) has "
+                                  f"{len(step.inputs)} inputs and {len(step.outputs)} "
+                                  f"outputs; the op takes {arity or 'one or more'} and "
+                                  f"makes {made}")
                 program.append((op, parsed, step, op.needs_data(len(step.inputs))))
             self._program = program
         return self._program

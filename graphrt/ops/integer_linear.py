@@ -344,15 +344,21 @@ def _workspace_or_own(xp: Any, like: Any, outputs: Sequence[Any], types: list[Te
                            for t in types]
 
 
+def _conv_spaces(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ConvAttrs
+                 ) -> Sequence[Any]:
+    """A quantized convolution's scratch arrays: the planned workspace, or its own."""
+    types = [TensorType(tuple(a.shape), str(a.dtype)) for a in inputs]
+    return _workspace_or_own(xp, inputs[0], outputs, _conv_workspace(
+        types, tuple(outputs[0].shape), attrs.groups))
+
+
 def _conv_integer(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: ConvAttrs
                   ) -> None:
     x, w, xz, wz = inputs
     out = outputs[0]
     if out.size == 0:
         return
-    types = [TensorType(tuple(a.shape), str(a.dtype)) for a in inputs]
-    spaces = _workspace_or_own(xp, x, outputs, _conv_workspace(types, tuple(out.shape),
-                                                                attrs.groups))
+    spaces = _conv_spaces(xp, inputs, outputs, attrs)
     _run_qconv(xp, x, xz, w, wz, None, out, spaces, attrs, lambda acc: None)
 
 
@@ -378,9 +384,7 @@ def _qlinear_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs:
     out = outputs[0]
     if out.size == 0:
         return
-    types = [TensorType(tuple(a.shape), str(a.dtype)) for a in inputs]
-    spaces = _workspace_or_own(xp, x, outputs, _conv_workspace(types, tuple(out.shape),
-                                                                attrs.groups))
+    spaces = _conv_spaces(xp, inputs, outputs, attrs)
     g = attrs.groups
     og = w.shape[0] // g
     multiplier = _multiplier(xp, xs.reshape(()), _channels(ws, g, og), ys.reshape(()))

@@ -62,24 +62,25 @@ class _Seeded(Attrs):
     seed: Seed | None = None
 
 
-class UniformAttrs(_Seeded):
-    """``random_uniform(_like)``: the bounds ``[low, high)``, the dtype, and (without an
-    input) the shape."""
+class _Drawn(_Seeded):
+    """The dtype (None: the input's), and (without an input) the shape of the draws."""
+
+    dtype: FloatDtype | None = None
+    shape: tuple[Size, ...] | None = None
+
+
+class UniformAttrs(_Drawn):
+    """``random_uniform(_like)``: the bounds ``[low, high)``."""
 
     low: float = 0.0
     high: float = 1.0
-    dtype: FloatDtype | None = None
-    shape: tuple[Size, ...] | None = None
 
 
-class NormalAttrs(_Seeded):
-    """``random_normal(_like)``: the mean and standard deviation, the dtype, and (without an
-    input) the shape."""
+class NormalAttrs(_Drawn):
+    """``random_normal(_like)``: the mean and standard deviation."""
 
     mean: float = 0.0
     scale: float = 1.0
-    dtype: FloatDtype | None = None
-    shape: tuple[Size, ...] | None = None
 
 
 class BernoulliAttrs(_Seeded):

@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import Field
 
 from .attention import _select
-from .base import Attrs, OpDef, OpError, TensorType, accumulator, register_op
+from .base import Attrs, OpDef, OpError, TensorType, accumulator, register_op, window_attrs
 
 __all__ = ["DeformConvAttrs", "RoiAlignAttrs"]
 
@@ -324,12 +324,8 @@ def _deform_geometry(x: tuple[int, ...], w: tuple[int, ...], attrs: DeformConvAt
                      ) -> tuple[list[int], list[int], list[int], list[int]]:
     """Strides, pads (begins then ends), dilations and the output size per spatial axis."""
     dims = len(x) - 2
-    strides = attrs.strides or [1] * dims
-    dilations = attrs.dilations or [1] * dims
-    pads = attrs.pads or [0] * (2 * dims)
-    if len(strides) != dims or len(dilations) != dims or len(pads) != 2 * dims:
-        raise OpError(f"deform_conv: strides {strides}, dilations {dilations} and pads {pads} "
-                      f"must have {dims}, {dims} and {2 * dims} values for {dims} spatial axes")
+    strides, dilations, pads = window_attrs(attrs.strides, attrs.dilations, attrs.pads, dims,
+                                            "deform_conv")
     sizes = []
     for axis in range(dims):
         span = dilations[axis] * (w[2 + axis] - 1) + 1

@@ -310,3 +310,24 @@ def test_a_run_time_loop_whose_body_depends_on_a_symbolic_size_is_refused_by_nam
                        match=r"'Loop #0'.*attribute 'body' of op 'loop'.*changes with the "
                              r"symbolic dimensions"):
         graphrt.from_onnx(model, dim_bounds={"batch": 4})
+
+
+@pytest.mark.parametrize("step, message", [
+    ({"op": "add", "inputs": (2,), "outputs": (4,)}, r"step 0 \('add'\) has 1 inputs"),
+    ({"op": "add", "inputs": (2, 3), "outputs": (4, 5)}, r"and 2 outputs; the op takes 2"),
+    ({"op": "no_such_op", "inputs": (2,), "outputs": (4,)}, r"step 0 \('no_such_op'\).*unknown"),
+    ({"op": "add", "inputs": (2, 9), "outputs": (4,)}, r"reads slot 9 before it is set"),
+    ({"op": "cast", "inputs": (2,), "outputs": (4,), "attrs": {"dtype": 3}},
+     r"step 0 \('cast'\)"),
+])
+def test_a_loop_body_a_bundle_gets_wrong_is_an_op_error(step: dict[str, Any],
+                                                        message: str) -> None:
+    """A bundle's loop body is checked when the graph is built, never at the first run."""
+    from graphrt.ops import OpError, TensorType, get_op
+
+    op = get_op("loop")
+    attrs = op.attrs(n_carried=1, n_slots=6, results=(1, 4), body=(step,))
+    types = [TensorType((), "int64"), TensorType((), "bool"), TensorType((2,), "float32"),
+             TensorType((2,), "float32")]
+    with pytest.raises(OpError, match=message):
+        op.infer(types, attrs, [None] * 4)

@@ -38,6 +38,10 @@ class _Hold:
         self._original: list[int] = []
         self._limit = 0
 
+    @property
+    def holders(self) -> int:
+        return self._holders
+
     def _blas(self) -> list[Any]:
         if self._libraries is None:
             try:
@@ -82,7 +86,7 @@ _HOLD = _Hold()
 def blas_holders() -> int:
     """How many holders keep BLAS's threads down now (0: none): while the executor's lanes
     run branches at once, a kernel with helper threads of its own runs on its caller alone."""
-    return _HOLD._holders
+    return _HOLD.holders
 
 
 @contextmanager

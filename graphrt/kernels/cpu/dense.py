@@ -26,10 +26,11 @@ Example:
     >>> freeze(w); freeze(bias)
     >>> types = [TensorType(x.shape, "float32"), TensorType(w.shape, "float32"),
     ...          TensorType(bias.shape, "float32")]
-    >>> call = dense_call("dense", None, types, TensorType((32, 3), "float32"), NO_EPILOGUE,
-    ...                   lambda x, w, b, out: None)
+    >>> prepared = dense_call("dense", None, types, TensorType((32, 3), "float32"),
+    ...                       NO_EPILOGUE, lambda x, w, b, out: None)
     >>> out = np.empty((32, 3), np.float32)
-    >>> call(x, w, bias, out)
+    >>> packed_data = np.empty(prepared.workspace[0].shape, np.float32)
+    >>> prepared.call(x, w, bias, out, packed_data)
     >>> out[0].tolist()
     [4.0, 5.0, 6.0]
 """
@@ -44,7 +45,7 @@ import numpy as np
 
 from ...devices.frozen import derived, is_frozen
 from ...ops import TensorType
-from ..base import Epilogue
+from ..base import Epilogue, Prepared
 from .blas_threads import blas_holders
 from .crew import run_jobs
 from .jit import direct_conv
@@ -98,12 +99,12 @@ def _epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | 
 
 def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
                epilogue: Epilogue, reference: Callable[..., None],
-               packing: Callable[[], bool] = lambda: True) -> Callable[..., None] | None:
+               packing: Callable[[], bool] = lambda: True) -> Prepared | None:
     """The kernel of ``op`` (``dense``, ``matmul``, ``batch_matmul``) at these static types,
     or None where the packed product cannot apply (another dtype, a transposed left
     operand, a right operand of more than 2 dimensions, too few rows, no numba); it
     decides on every call whether the weight is a param and ``packing()`` allows it (see the
-    module docstring)."""
+    module docstring). Its workspace is the packed data."""
     kernels = direct_conv()
     if kernels is None or any(t.dtype != "float32" for t in (*inputs, out)):
         return None
@@ -125,29 +126,28 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     chunk = max(1, min(blocks, _CHUNK_BYTES // ((k + 1) * _ROWS * 4)))
     jobs = -(-n // _SPAN) * -(-blocks // chunk)
     parallel, grain = m * n * k >= _MIN_WORK, max(1, min(8, jobs // 32))
-    flags = (kernels.RELU if epilogue.relu else 0) | (0 if epilogue.clip is None
-                                                      else kernels.CLIP)
+    flags = ((kernels.RELU if epilogue.relu else 0) | (kernels.CLIP if epilogue.clip else 0)
+             | (kernels.RESIDUAL if residual_at else 0))
     bounds = np.asarray(epilogue.clip or (0.0, 0.0), np.float32)
     zeros = np.zeros(_ROWS, np.float32)
 
     def call(*arrays: Any) -> None:
         weight, bias = arrays[1], arrays[2] if has_bias else None
         residual = arrays[n_in] if residual_at else None
-        result = arrays[-1]
+        result, rows = arrays[-2], arrays[-1]
         if not (is_frozen(weight) and (bias is None or is_frozen(bias)) and packing()):
             reference(*arrays[:n_in], result)
             _epilogue_after(result, residual, epilogue)
             return
         columns = derived(weight, ("dense", transposed, id(bias)), lambda: pack_columns(
             weight, transposed, bias))
-        rows = np.empty(blocks * (k + 1) * _ROWS, np.float32)
         kernels.pack_rows(np.asarray(arrays[0]).reshape(m, k), rows)
         flat = result.reshape(-1)
         extra = (np.ascontiguousarray(residual).reshape(-1) if residual is not None
                  else flat[:0])
         run_jobs(kernels.dense_jobs, parallel and not blas_holders(), (
-            rows, k + 1, columns, m, n, zeros, flat, extra,
-            flags | (kernels.RESIDUAL if residual is not None else 0), bounds, chunk,
+            rows, k + 1, columns, m, n, zeros, flat, extra, flags, bounds, chunk,
             np.zeros(2, np.int64), grain))
 
-    return call
+    return Prepared(call, (TensorType((blocks * (k + 1) * _ROWS,), "float32"),),
+                    capturable=False, provider="cpu")

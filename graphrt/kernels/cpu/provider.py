@@ -94,7 +94,7 @@ class CpuProvider:
                 name, attrs, inputs, outputs[0], epilogue, op.positional(xp, attrs, len(inputs)),
                 lambda: not self.blas_gemms)
             if packed is not None:
-                return Prepared(packed, capturable=False, provider=self.name)
+                return packed
             self.blas_gemms = True
         if epilogue:
             return None

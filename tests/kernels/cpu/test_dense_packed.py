@@ -31,6 +31,12 @@ def _types(*arrays: np.ndarray) -> list[TensorType]:
     return [TensorType(a.shape, str(a.dtype)) for a in arrays]
 
 
+def _call(prepared: Any, *arrays: np.ndarray) -> None:
+    """The prepared kernel on ``arrays`` (inputs, residual, output) and its workspace."""
+    workspace = [np.empty(t.shape, t.dtype) for t in prepared.workspace]
+    prepared.call(*arrays, *workspace)
+
+
 def _reference(op: str, attrs: Any, n_in: int) -> Any:
     return get_op(op).positional(np, attrs, n_in)
 
@@ -44,11 +50,11 @@ def test_dense_matches_numpy_at_every_tile_edge(m: int, k: int, n: int, bias: bo
     b = _frozen(RNG.standard_normal(n).astype(np.float32))
     inputs = [x, w, b] if bias else [x, w]
     op = get_op("dense")
-    call = dense_call("dense", op.attrs(), _types(*inputs), TensorType((m, n), "float32"),
+    prepared = dense_call("dense", op.attrs(), _types(*inputs), TensorType((m, n), "float32"),
                       NO_EPILOGUE, _reference("dense", op.attrs(), len(inputs)))
-    assert call is not None
+    assert prepared is not None
     out = np.full((m, n), np.nan, np.float32)
-    call(*inputs, out)
+    _call(prepared, *inputs, out)
     want = x.astype(np.float64) @ w.T.astype(np.float64) + (b if bias else 0)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
@@ -59,11 +65,11 @@ def test_matmul_by_a_2d_param_flattens_the_leading_axes(transpose_b: bool) -> No
     b = _frozen(RNG.standard_normal((24, 40) if transpose_b else (40, 24)).astype(np.float32))
     op = get_op("matmul")
     attrs = op.attrs(transpose_b=transpose_b)
-    call = dense_call("matmul", attrs, _types(a, b), TensorType((2, 9, 24), "float32"),
+    prepared = dense_call("matmul", attrs, _types(a, b), TensorType((2, 9, 24), "float32"),
                       NO_EPILOGUE, _reference("matmul", attrs, 2))
-    assert call is not None
+    assert prepared is not None
     out = np.empty((2, 9, 24), np.float32)
-    call(a, b, out)
+    _call(prepared, a, b, out)
     np.testing.assert_allclose(out, a @ (b.T if transpose_b else b), rtol=1e-4, atol=1e-4)
 
 
@@ -83,11 +89,11 @@ def test_the_epilogue_is_applied_on_both_paths(epilogue: Epilogue, frozen: bool)
     if frozen:
         w, b = _frozen(w), _frozen(b)
     op = get_op("dense")
-    call = dense_call("dense", op.attrs(), _types(x, w, b), TensorType((m, n), "float32"),
+    prepared = dense_call("dense", op.attrs(), _types(x, w, b), TensorType((m, n), "float32"),
                       epilogue, _reference("dense", op.attrs(), 3))
-    assert call is not None
+    assert prepared is not None
     out = np.empty((m, n), np.float32)
-    call(x, w, b, *([r] if epilogue.residual else []), out)
+    _call(prepared, x, w, b, *([r] if epilogue.residual else []), out)
     want = x @ w.T + b + (r if epilogue.residual else 0)
     if epilogue.relu:
         want = np.where(want < 0, 0, want)
@@ -116,13 +122,13 @@ def test_a_param_loaded_again_is_packed_again() -> None:
     """The packing is derived from the loaded weight: new params give new results."""
     op = get_op("dense")
     x = RNG.standard_normal((20, 8)).astype(np.float32)
-    call = dense_call("dense", op.attrs(), _types(x, x[:4]), TensorType((20, 4), "float32"),
+    prepared = dense_call("dense", op.attrs(), _types(x, x[:4]), TensorType((20, 4), "float32"),
                       NO_EPILOGUE, _reference("dense", op.attrs(), 2))
-    assert call is not None
+    assert prepared is not None
     out = np.empty((20, 4), np.float32)
     for scale in (1.0, 2.0):
         w = _frozen(np.full((4, 8), scale, np.float32))
-        call(x, w, out)
+        _call(prepared, x, w, out)
         np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
 
 
