@@ -24,6 +24,7 @@ __all__ = [
     "Device",
     "Replay",
     "StepTimer",
+    "aligned_zeros",
 ]
 
 # DLPack device type codes graphrt has backends for. Sim takes ext_dev's code.
@@ -36,6 +37,16 @@ ALIGNMENT = 64
 
 Array = Any
 """A device's native array: ``numpy.ndarray`` on cpu, ``SimArray`` on sim, ``cupy.ndarray``."""
+
+
+def aligned_zeros(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """A zero-filled uint8 host buffer whose first byte is :data:`ALIGNMENT`-aligned."""
+    raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    # Not a slice: numpy gives an empty slice its base's address, unaligned.
+    aligned: np.ndarray[Any, np.dtype[np.uint8]] = np.ndarray(
+        (nbytes,), dtype=np.uint8, buffer=raw, offset=offset)
+    return aligned
 
 
 @dataclass(frozen=True, order=True)
@@ -139,8 +150,10 @@ class Backend(ABC):
 
     def allocate_host(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         """A host buffer for staging copies to and from this device (pinned on cuda, so
-        copies through it can be asynchronous). Allocated once, when a run context is made."""
-        return np.empty(nbytes, dtype=np.uint8)
+        copies through it run at the bus's speed), zero-filled and :data:`ALIGNMENT`-aligned
+        like :meth:`allocate`'s. Allocated once, when a run context is made: the host slots of
+        a graph's ``__copy`` nodes to and from this device, and staging buffers."""
+        return aligned_zeros(nbytes)
 
     def run_scope(self) -> AbstractContextManager[object] | None:
         """What a run context enters around each run on this device: on cuda, the context's

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from .base import ALIGNMENT, Array, Backend
+from .base import Array, Backend, aligned_zeros
 
-__all__ = ["CpuBackend", "aligned_zeros"]
-
-
-def aligned_zeros(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """A zero-filled uint8 host buffer whose first byte is :data:`ALIGNMENT`-aligned."""
-    raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = -raw.ctypes.data % ALIGNMENT
-    # Not a slice: numpy gives an empty slice its base's address, unaligned.
-    aligned: np.ndarray[Any, np.dtype[np.uint8]] = np.ndarray(
-        (nbytes,), dtype=np.uint8, buffer=raw, offset=offset)
-    return aligned
+__all__ = ["CpuBackend"]
 
 
 class CpuBackend(Backend):

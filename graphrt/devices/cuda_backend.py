@@ -107,6 +107,27 @@ class CudaReplay:
         self.graph.launch(stream=cupy.cuda.get_current_stream())
 
 
+_TO_DEVICE = cupy.cuda.runtime.memcpyHostToDevice
+_TO_HOST = cupy.cuda.runtime.memcpyDeviceToHost
+
+
+def _same_type(src: Any, dst: Any) -> None:
+    if src.shape != dst.shape or src.dtype != dst.dtype:  # a caller's bug (Backend.copy)
+        raise AssertionError(f"source {src.dtype}{list(src.shape)} and destination "
+                             f"{dst.dtype}{list(dst.shape)} differ")
+
+
+def _memcpy(dst: int, src: int, nbytes: int, kind: int) -> None:
+    """Copy ``nbytes`` between host and device on the current stream (the run context's,
+    inside a run) and wait for that stream only: from or to pinned host memory (the slots
+    at a graph's ``__copy`` nodes are pinned) the DMA runs at the bus's speed, and once this
+    returns the host may read what came down or write over what went up."""
+    if nbytes:
+        stream = cupy.cuda.get_current_stream()
+        cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+        stream.synchronize()
+
+
 class CudaBackend(Backend):
     """GPU memory from cupy's memory pool; kernels run under the device's context."""
 
@@ -142,23 +163,23 @@ class CudaBackend(Backend):
 
     def upload(self, src: np.ndarray[Any, Any], dst: Array) -> None:
         with self._context:
-            if dst.flags.c_contiguous:
-                # set() wants src's exact shape and makes it contiguous itself (a 0-d src
-                # through np.ascontiguousarray would arrive as shape (1,) and be refused)
-                dst.set(src)
+            if src.flags.c_contiguous and dst.flags.c_contiguous:
+                _same_type(src, dst)
+                _memcpy(int(dst.data.ptr), src.ctypes.data, src.nbytes, _TO_DEVICE)
             else:
                 dst[...] = cupy.asarray(src)
 
     def download(self, src: Array, dst: np.ndarray[Any, Any]) -> None:
         with self._context:
-            if dst.flags.c_contiguous:
-                src.get(out=dst)
+            if src.flags.c_contiguous and dst.flags.c_contiguous:
+                _same_type(src, dst)
+                _memcpy(dst.ctypes.data, int(src.data.ptr), src.nbytes, _TO_HOST)
             else:
                 dst[...] = src.get()
 
     def allocate_host(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         try:
-            pinned: np.ndarray[Any, np.dtype[np.uint8]] = cupyx.empty_pinned((nbytes,),
+            pinned: np.ndarray[Any, np.dtype[np.uint8]] = cupyx.zeros_pinned((nbytes,),
                                                                              np.uint8)
         except cupy.cuda.runtime.CUDARuntimeError as err:  # cudaErrorMemoryAllocation
             raise MemoryError(f"pinned host memory: {err}") from None

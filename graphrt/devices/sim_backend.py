@@ -29,8 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Array, Backend, Device
-from .cpu_backend import aligned_zeros
+from .base import Array, Backend, Device, aligned_zeros
 
 __all__ = ["SimArray", "SimBackend", "SimCounters", "SimReplay"]
 

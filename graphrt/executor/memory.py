@@ -6,21 +6,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..devices import Array, Device, allocate, backend_for
+from ..devices import Array, Device, allocate, allocate_host, backend_for
 from .compiled import CompiledGraph
 
-__all__ = ["MemoryReport", "SlotPool"]
+__all__ = ["MemoryReport", "SlotPool", "copy_partners"]
 
 
 class SlotPool:
     """A context's byte buffer per storage id, allocated when first needed (at ``create()``,
     or for the slot of a param a run context stopped reading from the params, when its input
-    is set again: a failure then is a :class:`PlacementError` from that ``set_input``)."""
+    is set again: a failure then is a :class:`PlacementError` from that ``set_input``).
+
+    A host slot that a ``__copy`` node moves to or from another device is that device's
+    host memory (:meth:`Backend.allocate_host`: pinned on cuda), so the copy runs at the bus's
+    speed instead of through the driver's pageable staging."""
 
     def __init__(self, compiled: CompiledGraph, skip: set[int]) -> None:
         self._slots = compiled.plan.pool
         self._label = compiled.graph.entry_label
         self._entries, self._devices = compiled.graph.entries, compiled.plan.entry_device
+        self._copied_with = copy_partners(compiled)
         self.buffers: dict[int, Array] = {}
         for sid in self._slots:
             if sid not in skip:
@@ -31,7 +36,10 @@ class SlotPool:
         if buffer is None:
             slot = self._slots[sid]
             what = f"storage_id {sid} ({self._label(slot.entries[0])})"
-            buffer = self.buffers[sid] = allocate(slot.device, slot.nbytes, what)
+            partner = self._copied_with.get(sid)
+            buffer = self.buffers[sid] = (
+                allocate(slot.device, slot.nbytes, what) if partner is None
+                else allocate_host(partner, slot.nbytes, what))
         return buffer
 
     def view(self, eid: int) -> Array:
@@ -42,6 +50,21 @@ class SlotPool:
 
     def release(self, sid: int) -> None:
         self.buffers.pop(sid, None)
+
+
+def copy_partners(compiled: CompiledGraph) -> dict[int, Device]:
+    """The host storage ids that ``__copy`` nodes move to or from another device, each with
+    that device (the first one met, if several)."""
+    partners: dict[int, Device] = {}
+    devices, entries = compiled.plan.entry_device, compiled.graph.entries
+    for program in compiled.programs:
+        if not program.is_copy:
+            continue
+        ends = [(devices[eid], entries[eid].sid) for eid in program.eids[:2]]
+        for (here, sid), (there, _) in (ends, ends[::-1]):
+            if here.kind == "cpu" and there.kind != "cpu":
+                partners.setdefault(sid, there)
+    return partners
 
 
 @dataclass(frozen=True)

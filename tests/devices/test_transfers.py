@@ -200,3 +200,30 @@ def test_a_bert_encoder_with_0d_params_on_sim_matches_cpu() -> None:
     (want,) = bundle.create(HOST)(**feeds)
     (got,) = bundle.create(SIM)(**feeds)
     np.testing.assert_allclose(np.asarray(got.view(np.ndarray)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_host_slots_of_copy_nodes_are_the_devices_host_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host ends of ``__copy`` nodes (x going up, the result coming down) come from the
+    accelerator's ``allocate_host`` (pinned on cuda, so the copies run at the bus's speed);
+    a host slot no copy touches is plain host memory."""
+    sim_backend = type(backend_for(SIM))
+    asked: list[int] = []
+
+    def allocate_host(self: Any, nbytes: int) -> np.ndarray:
+        asked.append(nbytes)
+        return np.zeros(nbytes, np.uint8)
+
+    monkeypatch.setattr(sim_backend, "allocate_host", allocate_host)
+    b = GraphBuilder(device_index=True)
+    x = b.input("x", [256], dev=1)
+    there = b.op("to_sim", "__copy", [x], shape=[256], dev=graphrt.devices.SIM)
+    y = b.op("neg", "neg", [there], shape=[256], dev=graphrt.devices.SIM)
+    back = b.op("to_host", "__copy", [y], shape=[256], dev=1)
+    host_only = b.op("neg_host", "neg", [back], shape=[256], dev=1)
+    mod = graphrt.create(b.build([back, host_only]), graphrt.Library({"neg": negate}), HOST, SIM)
+    assert sorted(asked) == [1024, 1024], asked  # x's slot and the result's, not neg_host's
+    values = np.arange(256, dtype="float32")
+    got, twice = mod(x=values)
+    np.testing.assert_array_equal(got, -values)
+    np.testing.assert_array_equal(twice, values)
