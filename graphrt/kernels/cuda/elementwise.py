@@ -17,11 +17,15 @@ from ...ops import ElementwiseRun, TensorType
 __all__ = ["compile_run", "kernel_source"]
 
 _C_TYPES = {
-    "bool": "bool", "float32": "float", "float64": "double",  # float16: left unfused
+    "bool": "bool", "float32": "float", "float64": "double",
     "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
     "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
     "uint64": "unsigned long long",
 }
+_COMPUTE = {"float16": "float"}
+"""Dtypes a run computes in a wider C type: float16 is read as float, every intermediate is
+float, and the result is rounded to float16 once, as it is stored (CuPy's ``float16``)."""
+_STORE = {"float16": "float16"}
 _OPERAND = re.compile(r"\bin(\d+)\b")
 _CACHE: dict[tuple[str, str, str], Any] = {}
 
@@ -37,22 +41,27 @@ def kernel_source(run: ElementwiseRun,
     """
     def c_type(name: str) -> str:
         dtype = types[name].dtype
+        if dtype in _COMPUTE:
+            return _COMPUTE[dtype]
         if dtype not in _C_TYPES:
             raise ValueError(f"no CUDA type for {dtype}")
         return _C_TYPES[dtype]
 
-    variables = {name: f"x{i}" for i, name in enumerate(run.inputs)}
+    variables = {name: f"(({_COMPUTE[types[name].dtype]})x{i})"
+                 if types[name].dtype in _COMPUTE else f"x{i}"
+                 for i, name in enumerate(run.inputs)}
     lines = []
     for k in range(run.first, run.last + 1):
         expression, ins, outs = steps[k]
         assert expression is not None
         body = _substitute(expression, [variables[name] for name in ins])
         if k == run.last:
-            lines.append(f"y = ({c_type(outs[0])})({body});")
+            store = _STORE.get(types[outs[0]].dtype) or c_type(outs[0])
+            lines.append(f"y = ({store})({body});")
         else:
             variables[outs[0]] = f"t{k}"
             lines.append(f"{c_type(outs[0])} t{k} = ({c_type(outs[0])})({body});")
-    in_params = ", ".join(f"{types[n].dtype} {variables[n]}" for n in run.inputs)
+    in_params = ", ".join(f"{types[n].dtype} x{i}" for i, n in enumerate(run.inputs))
     out_params = f"{types[run.output].dtype} y"
     return in_params, out_params, "\n".join(lines)
 

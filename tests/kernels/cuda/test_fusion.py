@@ -54,3 +54,12 @@ def test_mixed_dtypes_are_named_in_c() -> None:
 def test_a_name_read_twice_by_one_step_is_one_input() -> None:
     steps = [("in0 * in1", ("x", "x"), ("t",)), ("in0 - in1", ("t", "m"), ("y",))]
     assert elementwise_runs(steps, exported={"y"}) == [ElementwiseRun(0, 1, ("x", "m"), "y")]
+
+
+def test_float16_runs_compute_in_float_and_round_once_on_store() -> None:
+    steps = [("in0 + in1", ("a", "b"), ("t0",)), ("erf(in0)", ("t0",), ("y",))]
+    half = TensorType((3,), "float16")
+    (run,) = elementwise_runs(steps, exported={"y"})
+    assert kernel_source(run, steps, dict.fromkeys(["a", "b", "t0", "y"], half)) == (
+        "float16 x0, float16 x1", "float16 y",
+        "float t0 = (float)(((float)x0) + ((float)x1));\ny = (float16)(erf(t0));")
