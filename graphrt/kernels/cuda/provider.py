@@ -1,6 +1,9 @@
 """The cuda kernels behind the provider interface (:mod:`graphrt.kernels.base`):
 convolutions with their bias, residual and relu epilogues through cuDNN's frontend
-(:mod:`graphrt.kernels.cuda.cudnn_conv`, where it is installed), runs of elementwise steps
+(:mod:`graphrt.kernels.cuda.cudnn_conv`, where it is installed), matrix products with theirs
+through nvmath-python's cuBLASLt (:mod:`graphrt.kernels.cuda.cublaslt_gemm`, likewise),
+softmax and layer norm over the last axis as one kernel each
+(:mod:`graphrt.kernels.cuda.row_kernels`), runs of elementwise steps
 fused into one ``cupy.ElementwiseKernel`` each (:mod:`graphrt.kernels.cuda.elementwise`);
 every other op runs its reference on cupy.
 
@@ -17,17 +20,20 @@ from ...ops import OpDef, TensorType, elementwise_runs
 from ...ops.convolution import conv_geometry
 from ...ops.nn import conv2d_geometry
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
+from .cublaslt_gemm import GEMMS, nvmath_matmul, prepare_gemm
 from .cudnn_conv import cudnn_module, prepare_conv
 from .elementwise import compile_run, kernel_source
+from .row_kernels import rows_kernel
 
 __all__ = ["CudaProvider"]
 
 
 _CONVS = frozenset({"conv", "conv2d"})
+_ROWS = frozenset({"softmax", "layer_norm", "normalize"})
 
 
 class CudaProvider:
-    """cuDNN convolutions and elementwise fusion on cuda."""
+    """cuDNN convolutions, cuBLASLt products and elementwise fusion on cuda."""
 
     name = "cuda"
 
@@ -43,24 +49,39 @@ class CudaProvider:
                         "lstm", "det", "conv_integer", "qlinear_conv", "matmul_integer",
                         "qlinear_matmul", "deform_conv", "linear_attention", "roi_align",
                         "dft", "stft", "unique", "non_max_suppression", "with_shape_vars",
-                        "loop"})
+                        "loop", "take", "gather"})
     """Ops whose reference multiplies matrices (or factors them, ``det``) through CuPy, which
     refuses cuBLAS and cuSOLVER while a stream captures, plans cuFFT (``dft``, ``stft``) or
     reads values back to the host (the recurrent ops' sequence lengths, ``roi_align``'s grids,
-    ``unique`` and ``non_max_suppression``, which run on the host; ``with_shape_vars`` wraps
+    ``unique`` and ``non_max_suppression``, which run on the host; ``take`` and ``gather``
+    check their indices' range, as ONNX asks, from the host; ``with_shape_vars`` wraps
     any op, and ``loop`` runs a nested program and reads its condition on the host): they run
     between the recorded segments of a CUDA graph."""
 
     def supports(self, op: OpDef) -> bool:
-        return op.name in _CONVS and cudnn_module() is not None
+        return ((op.name in _CONVS and cudnn_module() is not None)
+                or (op.name in GEMMS and nvmath_matmul() is not None) or op.name in _ROWS)
 
     def takes_epilogue(self, op: OpDef) -> bool:
-        return self.supports(op)
+        return op.name not in _ROWS and self.supports(op)
 
     def prepare(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType],
                 outputs: Sequence[TensorType], epilogue: Epilogue, *, dynamic: bool,
                 xp: Any) -> Prepared | None:
-        if op.name not in _CONVS or xp is None or not hasattr(xp, "cuda"):
+        if xp is None or not hasattr(xp, "cuda"):
+            return None
+        if op.name in GEMMS:
+            return prepare_gemm(op.name, attrs, inputs, outputs[0], epilogue,
+                                dynamic=dynamic, xp=xp)
+        if op.name in _ROWS:
+            if epilogue:
+                return None
+            row = _row_op(op.name, attrs, len(inputs[0].shape))
+            call = None if row is None else rows_kernel(
+                *row, inputs, outputs[0], op.positional(xp, attrs, len(inputs)),
+                dynamic=dynamic, xp=xp)
+            return None if call is None else Prepared(call, provider=self.name)
+        if op.name not in _CONVS:
             return None
         geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
                     else conv_geometry(attrs, len(inputs[0].shape) - 2))
@@ -76,3 +97,16 @@ class CudaProvider:
                 continue
             runs.append((run, compile_run(xp, source)))
         return runs
+
+
+def _row_op(name: str, attrs: Any, ndim: int) -> tuple[str, int, float] | None:
+    """``(row kernel, axis, epsilon)`` of a softmax, a layer_norm, or a ``normalize`` that is
+    a layer norm over one axis (ONNX's LayerNormalization); None for any other normalize."""
+    if name == "softmax":
+        return "softmax", attrs.axis, 0.0
+    if name == "layer_norm":
+        return "layer_norm", attrs.axis, attrs.epsilon
+    if (len(attrs.axes) != 1 or not attrs.center or attrs.epsilon_outside or attrs.stats
+            or not -ndim <= attrs.axes[0] < ndim):
+        return None
+    return "layer_norm", attrs.axes[0], attrs.epsilon
