@@ -57,6 +57,8 @@ class CaptureReport:
         cached: recordings kept now (at most :data:`MAX_GRAPHS`).
         segments: recorded segments in the latest recording.
         eager_steps: steps of the latest recording that run one by one between them.
+        eager_nodes: the nodes of those steps (``__copy`` nodes, host kernels, kernels that
+            are not capturable: :attr:`graphrt.kernels.Prepared.capturable`), by name.
     """
 
     enabled: bool
@@ -66,6 +68,7 @@ class CaptureReport:
     cached: int
     segments: int
     eager_steps: int
+    eager_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,12 @@ class _Segment:
 @dataclass(frozen=True)
 class _Recording:
     """A run as steps: each recorded segment one step launching its recording (under the id
-    of its first node), the steps between as they are."""
+    of its first node), the steps between as they are (``eager``: their node ids)."""
 
     steps: tuple[Step, ...]
     nids: tuple[int, ...]
     segments: int
+    eager: tuple[int, ...] = ()
 
 
 _WARMED = _Recording((), (), 0)
@@ -101,8 +105,8 @@ class CaptureRunner:
     """
 
     def __init__(self, devices_of: Callable[[str, int], Device | None],
-                 reason: str | None = None) -> None:
-        self._devices_of = devices_of
+                 reason: str | None = None, name_of: Callable[[int], str] = str) -> None:
+        self._devices_of, self._name_of = devices_of, name_of
         self._cache: OrderedDict[tuple[Any, ...], _Recording] = OrderedDict()
         self._version = -1
         self._current: _Recording | None = None
@@ -120,7 +124,8 @@ class CaptureRunner:
         recording = self._current or _WARMED
         return CaptureReport(self.enabled, self._reason, self._captures, self._replays,
                              len(self._cache), recording.segments,
-                             len(recording.steps) - recording.segments)
+                             len(recording.steps) - recording.segments,
+                             tuple(self._name_of(nid) for nid in dict.fromkeys(recording.eager)))
 
     def run(self, table: StepTable, fail: Failure) -> None:
         """One run of ``table``'s steps: replayed, recorded, or (first time, or when capture
@@ -156,6 +161,7 @@ class CaptureRunner:
         """Split the steps into segments and run them, recording the device ones."""
         steps: list[Step] = []
         nids: list[int] = []
+        eager: list[int] = []
         recorded = 0
         for segment in _segments(table, self._devices_of):
             replay = None
@@ -166,11 +172,12 @@ class CaptureRunner:
             if replay is None:
                 steps.extend(segment.steps)
                 nids.extend(segment.nids)
+                eager.extend(segment.nids)
             else:
                 steps.append((replay.launch, ()))
                 nids.append(segment.nids[0])
                 recorded += 1
-        return _Recording(tuple(steps), tuple(nids), recorded)
+        return _Recording(tuple(steps), tuple(nids), recorded, tuple(eager))
 
     def _capture(self, segment: _Segment, fail: Failure) -> Replay | None:
         """Record and run ``segment``; None if it could not be recorded (it ran one by one)."""
@@ -197,7 +204,7 @@ class CaptureRunner:
 def capture_runner(compiled: CompiledGraph) -> CaptureRunner:
     """The capture runner of one run context of ``compiled`` (``create(..., cuda_graph=True)``)."""
     return CaptureRunner(functools.partial(_recording_device, compiled),
-                         _capture_off(compiled))
+                         _capture_off(compiled), lambda nid: compiled.graph.nodes[nid].name)
 
 
 def _recording_device(compiled: CompiledGraph, kind: str, nid: int) -> Device | None:

@@ -245,6 +245,7 @@ def test_capture_is_decided_per_prepared_kernel(sim: graphrt.Device,
     report = mod.capture_report()
     assert report is not None and report.enabled and report.replays == 1
     assert report.segments == 2 and report.eager_steps == 1  # relu runs between the two
+    assert report.eager_nodes == ("r",)  # named in the report
     only = GraphBuilder(device_index=True)
     only_ref = only.op("r", "relu1", [only.input("x", [4, 3], dev=SIM)], shape=[4, 3], dev=SIM)
     alone = graphrt.create(only.build([only_ref]), lib, "cpu", sim, cuda_graph=True)
