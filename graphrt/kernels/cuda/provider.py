@@ -14,22 +14,26 @@ through the namespace it is given.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 from typing import Any
 
-from ...ops import OpDef, TensorType, elementwise_runs
+from ...ops import OpDef, TensorType, elementwise_runs, normalize_axis
 from ...ops.convolution import conv_geometry
-from ...ops.nn import conv2d_geometry
+from ...ops.nn import conv2d_geometry, pool2d_windows
+from ...ops.pooling import axis_windows
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
 from .cublaslt_gemm import GEMMS, nvmath_matmul, prepare_gemm
 from .cudnn_conv import cudnn_module, prepare_conv
 from .elementwise import compile_run, kernel_source
+from .pool_kernels import max_pool2d_kernel
 from .row_kernels import rows_kernel
 
 __all__ = ["CudaProvider"]
 
 
 _CONVS = frozenset({"conv", "conv2d"})
-_ROWS = frozenset({"softmax", "layer_norm", "normalize"})
+_ROWS = frozenset({"softmax", "layer_norm", "normalize", "reduce", "global_avg_pool2d"})
+_POOLS = frozenset({"max_pool2d", "max_pool"})
 
 
 class CudaProvider:
@@ -60,10 +64,11 @@ class CudaProvider:
 
     def supports(self, op: OpDef) -> bool:
         return ((op.name in _CONVS and cudnn_module() is not None)
-                or (op.name in GEMMS and nvmath_matmul() is not None) or op.name in _ROWS)
+                or (op.name in GEMMS and nvmath_matmul() is not None) or op.name in _ROWS
+                or op.name in _POOLS)
 
     def takes_epilogue(self, op: OpDef) -> bool:
-        return op.name not in _ROWS and self.supports(op)
+        return op.name not in _ROWS and op.name not in _POOLS and self.supports(op)
 
     def prepare(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType],
                 outputs: Sequence[TensorType], epilogue: Epilogue, *, dynamic: bool,
@@ -76,11 +81,19 @@ class CudaProvider:
         if op.name in _ROWS:
             if epilogue:
                 return None
-            row = _row_op(op.name, attrs, len(inputs[0].shape))
+            row = _row_op(op.name, attrs, inputs[0])
             call = None if row is None else rows_kernel(
-                *row, inputs, outputs[0], op.positional(xp, attrs, len(inputs)),
-                dynamic=dynamic, xp=xp)
+                row[0], -1, row[1], [row[2], *inputs[1:]], outputs[0],
+                op.positional(xp, attrs, len(inputs)), dynamic=dynamic, xp=xp)
             return None if call is None else Prepared(call, provider=self.name)
+        if op.name in _POOLS:
+            if epilogue or getattr(attrs, "indices", False) or len(inputs[0].shape) != 4:
+                return None
+            windows = (pool2d_windows(attrs) if op.name == "max_pool2d"
+                       else axis_windows(attrs, 2))
+            pool = max_pool2d_kernel(inputs[0], outputs[0], windows,
+                                     op.positional(xp, attrs, 1), dynamic=dynamic, xp=xp)
+            return None if pool is None else Prepared(pool, provider=self.name)
         if op.name not in _CONVS:
             return None
         geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
@@ -99,14 +112,31 @@ class CudaProvider:
         return runs
 
 
-def _row_op(name: str, attrs: Any, ndim: int) -> tuple[str, int, float] | None:
-    """``(row kernel, axis, epsilon)`` of a softmax, a layer_norm, or a ``normalize`` that is
-    a layer norm over one axis (ONNX's LayerNormalization); None for any other normalize."""
-    if name == "softmax":
-        return "softmax", attrs.axis, 0.0
-    if name == "layer_norm":
-        return "layer_norm", attrs.axis, attrs.epsilon
-    if (len(attrs.axes) != 1 or not attrs.center or attrs.epsilon_outside or attrs.stats
-            or not -ndim <= attrs.axes[0] < ndim):
+def _row_op(name: str, attrs: Any, x: TensorType) -> tuple[str, float, TensorType] | None:
+    """``(row kernel, epsilon, x as rows)`` of an op that reduces or normalizes rows over its
+    trailing axes: softmax and layer_norm over the last axis, the ``normalize`` that ONNX's
+    LayerNormalization becomes, a sum or mean over the trailing axes and global average
+    pooling (their rows: ``x`` with the trailing axes as one); None for any other case."""
+    ndim = len(x.shape)
+    if name in ("softmax", "layer_norm"):
+        if ndim == 0 or normalize_axis(attrs.axis, ndim) != ndim - 1:
+            return None
+        return name, getattr(attrs, "epsilon", 0.0), x
+    if name == "normalize":
+        if (len(attrs.axes) != 1 or not attrs.center or attrs.epsilon_outside or attrs.stats
+                or not -ndim <= attrs.axes[0] < ndim or attrs.axes[0] % ndim != ndim - 1):
+            return None
+        return "layer_norm", attrs.epsilon, x
+    if name == "global_avg_pool2d":
+        kind, axes = "mean", [2, 3]
+    elif attrs.kind in ("sum", "mean") and attrs.axes:
+        kind, axes = attrs.kind, attrs.axes
+    else:
         return None
-    return "layer_norm", attrs.axes[0], attrs.epsilon
+    if not all(-ndim <= a < ndim for a in axes):
+        return None
+    first = ndim - len(axes)
+    if sorted(a % ndim for a in axes) != list(range(first, ndim)) or first == 0:
+        return None
+    rows = TensorType((*x.shape[:first], prod(x.shape[first:])), x.dtype)
+    return f"reduce_{kind}", 0.0, rows

@@ -1,4 +1,5 @@
-"""Softmax and layer norm over the last axis as one CUDA kernel each (``cupy.RawKernel``).
+"""Softmax, layer norm and reductions (sum, mean) over the last axis as one CUDA kernel
+each (``cupy.RawKernel``).
 
 The reference runs each as five to ten CuPy calls (a max, a subtraction, an exponential, a
 sum, a division; the mean, the variance, ...), each a kernel launch and a pass over memory,
@@ -20,17 +21,20 @@ from typing import Any
 
 from ...ops import TensorType, normalize_axis
 
-__all__ = ["rows_kernel"]
+__all__ = ["conversions", "kernel_code", "rows_kernel"]
 
 _TYPES = {"float32": ("float", "{}", "{}"), "float16": ("unsigned short", "h2f({})", "f2h({})")}
 
-_COMMON = r"""
+_CONVERT = r"""
 __device__ __forceinline__ float h2f(unsigned short h) {
     float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(h)); return f;
 }
 __device__ __forceinline__ unsigned short f2h(float f) {
     unsigned short h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(f)); return h;
 }
+"""
+
+_COMMON = r"""
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -94,20 +98,50 @@ extern "C" __global__ void graphrt_layer_norm(const T* x, const T* gamma, const 
 }
 """
 
-_SOURCES = {"softmax": _SOFTMAX, "layer_norm": _LAYER_NORM}
+_REDUCE = r"""
+extern "C" __global__ void graphrt_NAME(const T* x, T* y, int cols) {
+    __shared__ float shared[33];
+    const T* row = x + (size_t)blockIdx.x * cols;
+    float v = IS_MAX ? -3.402823466e38f : 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        v = IS_MAX ? fmaxf(v, LOAD(row[c])) : v + LOAD(row[c]);
+    v = block_reduce(v, shared, IS_MAX);
+    if (threadIdx.x == 0) y[blockIdx.x] = STORE(IS_MEAN ? v / cols : v);
+}
+"""
+
+_SOURCES = {
+    "softmax": _SOFTMAX, "layer_norm": _LAYER_NORM,
+    **{f"reduce_{kind}": _REDUCE.replace("NAME", f"reduce_{kind}")
+       .replace("IS_MAX", "true" if kind == "max" else "false")
+       .replace("IS_MEAN", "true" if kind == "mean" else "false")
+       for kind in ("sum", "mean")},
+}
 _KERNELS: dict[tuple[str, str], Any] = {}
 
 
+def conversions(dtype: str) -> str:
+    """CUDA source defining ``T`` (the element as stored), ``LOAD`` (to float) and ``STORE``
+    (from float) for ``dtype`` (float32 or float16).
+
+    Example:
+        >>> print(conversions("float32").splitlines()[0])
+        #define T float
+    """
+    c_type, load, store = _TYPES[dtype]
+    return (f"#define T {c_type}\n#define LOAD(v) {load.format('(v)')}\n"
+            f"#define STORE(v) {store.format('(v)')}\n{_CONVERT}")
+
+
 def kernel_code(name: str, dtype: str) -> str:
-    """The CUDA source of ``name`` (``softmax``, ``layer_norm``) for ``dtype``.
+    """The CUDA source of ``name`` (``softmax``, ``layer_norm``, ``reduce_sum``,
+    ``reduce_mean``) for ``dtype``.
 
     Example:
         >>> "unsigned short" in kernel_code("softmax", "float16")
         True
     """
-    c_type, load, store = _TYPES[dtype]
-    return (f"#define T {c_type}\n#define LOAD(v) {load.format('(v)')}\n"
-            f"#define STORE(v) {store.format('(v)')}\n{_COMMON}{_SOURCES[name]}")
+    return conversions(dtype) + _COMMON + _SOURCES[name]
 
 
 def _threads(cols: int) -> int:
@@ -124,8 +158,9 @@ def _threads(cols: int) -> int:
 def rows_kernel(name: str, axis: int, epsilon: float, inputs: Sequence[TensorType],
                 out: TensorType, fallback: Callable[..., None], *, dynamic: bool, xp: Any
                 ) -> Callable[..., None] | None:
-    """``call(x[, gamma, beta], out)`` for softmax or layer_norm (``gamma`` and ``beta`` 1-D
-    over the row) over the last axis, or None (another axis, a dtype other than
+    """``call(x[, gamma, beta], out)`` for softmax, layer_norm (``gamma`` and ``beta`` 1-D
+    over the row) or ``reduce_sum``/``reduce_mean`` (one value per row) over
+    the last axis, or None (another axis, a dtype other than
     float32/float16, an empty or dynamic tensor, rows longer than an int holds). A strided
     operand runs ``fallback`` (the reference)."""
     x = inputs[0]
@@ -135,6 +170,11 @@ def rows_kernel(name: str, axis: int, epsilon: float, inputs: Sequence[TensorTyp
             or x.shape[-1] >= 2**31 or any(t.dtype != x.dtype for t in (*inputs, out))
             or len(inputs) != 1 + vectors
             or any(t.shape != x.shape[-1:] for t in inputs[1:])):
+        return None
+    if name.startswith("reduce_"):  # every row to one value: out holds the leading dims
+        if prod(out.shape) != prod(x.shape[:-1]):
+            return None
+    elif out.shape != x.shape:
         return None
     key = (name, x.dtype)
     if key not in _KERNELS:
