@@ -70,17 +70,25 @@ def contiguous_strides(shape: Sequence[int]) -> list[int]:
 
 def post_padding(x: Sequence[int], w: Sequence[int], out: Sequence[int],
                  strides: Sequence[int], dilation: Sequence[int], begin: Sequence[int]
-                 ) -> list[int]:
+                 ) -> list[int] | None:
     """The end pads that make cuDNN's output size exactly ``out`` (its own formula
-    ``(in + pre + post - dilation * (k - 1) - 1) // stride + 1``).
+    ``(in + pre + post - dilation * (k - 1) - 1) // stride + 1``), or None where no
+    non-negative pad does. A strided window that leaves the last rows unread (a 1x1
+    convolution of stride 2 over an even size: ResNet's downsampling) needs no pad at all.
 
     Example:
         >>> post_padding((1, 3, 8, 8), (4, 3, 3, 3), (1, 4, 4, 4), (2, 2), (1, 1), (1, 1))
         [0, 0]
+        >>> post_padding((1, 8, 56, 56), (16, 8, 1, 1), (1, 16, 28, 28), (2, 2), (1, 1), (0, 0))
+        [0, 0]
     """
-    return [(o - 1) * s + d * (k - 1) + 1 - i - p
-            for i, k, o, s, d, p in zip(x[2:], w[2:], out[2:], strides, dilation, begin,
-                                        strict=True)]
+    pads = []
+    for i, k, o, s, d, p in zip(x[2:], w[2:], out[2:], strides, dilation, begin, strict=True):
+        post = max(0, (o - 1) * s + d * (k - 1) + 1 - i - p)
+        if (i + p + post - d * (k - 1) - 1) // s + 1 != o:
+            return None
+        pads.append(post)
+    return pads
 
 
 def prepare_conv(inputs: Sequence[TensorType], out: TensorType, groups: int,
@@ -99,7 +107,7 @@ def prepare_conv(inputs: Sequence[TensorType], out: TensorType, groups: int,
         return None
     ordinal = int(xp.cuda.Device().id)
     post = post_padding(x.shape, w.shape, out.shape, strides, dilation, begin)
-    if min(post, default=0) < 0 or min(begin, default=0) < 0:
+    if post is None or min(begin, default=0) < 0:
         return None
     has_bias = len(inputs) == 3
     key = (x.shape, w.shape, out.shape, x.dtype, groups, tuple(strides), tuple(dilation),

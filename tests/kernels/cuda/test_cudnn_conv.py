@@ -25,7 +25,8 @@ GEOMETRIES = [  # (x shape, w shape, conv2d attrs)
     ((1, 8, 10, 10), (8, 4, 3, 3), {"padding": (2, 0, 1, 2), "groups": 2,
                                     "dilation": (2, 1)}),
     ((1, 4, 9, 9), (6, 4, 1, 1), {"strides": (2, 2)}),
-]
+    ((2, 8, 10, 10), (16, 8, 1, 1), {"strides": (2, 2)}),  # ResNet's downsampling: the
+]                                                          # last row is never read
 
 
 @pytest.fixture(autouse=True)
