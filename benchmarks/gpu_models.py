@@ -18,7 +18,10 @@ Three parts (``--models``), each run on ``--device`` (``cuda:0``):
 ``copies``
     A graph of one ``__copy`` node, host to device and device to host, 1 to 256 MiB of float32,
     against CuPy moving the same bytes from or to pinned host memory (``ndarray.set`` /
-    ``ndarray.get(out=...)``).
+    ``ndarray.get(out=...)``): whole ``run()`` calls against whole CuPy calls (the headline:
+    what a user waits for), and the copy alone (the ``__copy`` step as ``profile()`` times
+    it against a bare ``cudaMemcpyAsync`` between CUDA events: the transfer itself, without
+    ``run()``'s own few tens of microseconds).
 
 The regime is steady state: models run back to back. Each contender is warmed up first
 (graphrt: three runs, the second records its CUDA graphs; PyTorch: three runs on a side stream
@@ -321,8 +324,9 @@ def print_model_row(row: dict[str, Any]) -> None:
           + cell(row["vs_torch_graph"], 10, ".2f") + cell(row["vs_torch_eager"], 10, ".2f")
           + cell(err, 10, ".1e"))
     cap = row["capture"] or {}
+    eager = ", ".join(cap.get("eager_nodes") or ()) or "none"
     how = (f"{cap.get('segments')} segment(s) recorded, {cap.get('eager_steps')} step(s) node "
-           f"by node between them" if cap.get("enabled")
+           f"by node between them ({eager})" if cap.get("enabled")
            else f"not replayed ({cap.get('reason')})")
     print(f"    create {row['create_s']['first']:.2f} s first, {row['create_s']['again']:.2f} s "
           f"again; from_onnx {row['convert_s']:.2f} s; capture: {how}", flush=True)
@@ -361,11 +365,15 @@ def copy_graph(n: int, src: graphrt.Device, dst: graphrt.Device) -> dict[str, An
                       "device_index": ["list_int", [src.type_code, dst.type_code]]}}
 
 
-def baseline_copy(host: np.ndarray, device: graphrt.Device, upload: bool) -> tuple[str, Call]:
-    """CuPy moving ``host``'s bytes from / to pinned memory (numpy's copy off cuda)."""
+def baseline_copy(host: np.ndarray, device: graphrt.Device, upload: bool
+                  ) -> tuple[str, Call, Call]:
+    """CuPy moving ``host``'s bytes from / to pinned memory (numpy's copy off cuda): its
+    name, the call, and the bare asynchronous memcpy on the current stream (for the
+    event-timed figure; the same call off cuda)."""
     if device.kind != "cuda":
         dst = np.empty_like(host)
-        return "numpy copy (stand-in)", lambda: np.copyto(dst, host)
+        copy = functools.partial(np.copyto, dst, host)
+        return "numpy copy (stand-in)", copy, copy
     import cupy
     import cupyx
 
@@ -373,9 +381,45 @@ def baseline_copy(host: np.ndarray, device: graphrt.Device, upload: bool) -> tup
         pinned = cupyx.empty_pinned(host.shape, host.dtype)
         pinned[...] = host
         gpu = cupy.asarray(host)
+    runtime = cupy.cuda.runtime
+    ends = ((gpu.data.ptr, pinned.ctypes.data, runtime.memcpyHostToDevice) if upload
+            else (pinned.ctypes.data, gpu.data.ptr, runtime.memcpyDeviceToHost))
+
+    def memcpy() -> None:
+        runtime.memcpyAsync(ends[0], ends[1], host.nbytes, ends[2],
+                            cupy.cuda.get_current_stream().ptr)
+
     if upload:
-        return "CuPy from pinned", lambda: gpu.set(pinned)
-    return "CuPy to pinned", lambda: gpu.get(out=pinned)
+        return "CuPy from pinned", lambda: gpu.set(pinned), memcpy
+    return "CuPy to pinned", lambda: gpu.get(out=pinned), memcpy
+
+
+def event_seconds(device: graphrt.Device, call: Call, repeat: int) -> float:
+    """Median seconds of ``call``'s device work between two CUDA events (wall clock off
+    cuda)."""
+    if device.kind != "cuda":
+        return statistics.median(timed_calls(call, repeat))
+    import cupy
+
+    times = []
+    with cupy.cuda.Device(device.id):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        for _ in range(repeat):
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(times)
+
+
+def timed_calls(call: Call, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        begin = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - begin)
+    return times
 
 
 def measure_copy(mib: int, upload: bool, device: graphrt.Device, args: argparse.Namespace
@@ -389,19 +433,27 @@ def measure_copy(mib: int, upload: bool, device: graphrt.Device, args: argparse.
     for _ in range(3):
         mod.run()
     np.testing.assert_array_equal(mod.get_output(0, out=np.empty_like(host)), host)
-    name, baseline = baseline_copy(host, device, upload)
+    name, baseline, memcpy = baseline_copy(host, device, upload)
     seconds = interleaved({"graphrt": mod.run, "baseline": baseline}, synchronizer(device),
                           args.rounds, args.number)
     gbps = {k: nbytes / v / 1e9 for k, v in seconds.items()}
+    # the copy alone: the __copy step as the profiler times it (CUDA events up, the host's
+    # clock down, where the host waits for it) against the bare memcpy between events
+    (node,) = (n for n in mod.profile(repeat=args.rounds * args.number).nodes
+               if n.kind == "copy")
+    node_gbps = nbytes / statistics.median(node.times_us) / 1e3
+    memcpy_gbps = nbytes / event_seconds(device, memcpy, args.rounds * args.number) / 1e9
     return {"direction": "host to device" if upload else "device to host", "mib": mib,
             "graphrt_gbps": gbps["graphrt"], "baseline_gbps": gbps["baseline"],
-            "baseline": name, "percent": 100 * gbps["graphrt"] / gbps["baseline"]}
+            "baseline": name, "percent": 100 * gbps["graphrt"] / gbps["baseline"],
+            "copy_node_gbps": node_gbps, "memcpy_gbps": memcpy_gbps,
+            "copy_node_percent": 100 * node_gbps / memcpy_gbps}
 
 
 def copy_rows(device: graphrt.Device, args: argparse.Namespace, sizes: Sizes,
               errors: list[str]) -> list[dict[str, Any]]:
     print(f"{'__copy':<16}{'MiB':>6}{'graphrt GB/s':>14}{'baseline GB/s':>15}{'graphrt %':>11}"
-          "  baseline", flush=True)
+          f"{'node GB/s':>11}{'memcpy GB/s':>13}{'node %':>8}  baseline", flush=True)
     rows = []
     for upload in (True, False):
         for mib in sizes.copies_mib:
@@ -409,8 +461,9 @@ def copy_rows(device: graphrt.Device, args: argparse.Namespace, sizes: Sizes,
                 measure_copy, mib, upload, device, args))
             if row is not None:
                 print(f"{row['direction']:<16}{mib:>6}{row['graphrt_gbps']:>14.2f}"
-                      f"{row['baseline_gbps']:>15.2f}{row['percent']:>10.1f}%  "
-                      f"{row['baseline']}", flush=True)
+                      f"{row['baseline_gbps']:>15.2f}{row['percent']:>10.1f}%"
+                      f"{row['copy_node_gbps']:>11.2f}{row['memcpy_gbps']:>13.2f}"
+                      f"{row['copy_node_percent']:>7.1f}%  {row['baseline']}", flush=True)
                 rows.append(row)
             release(device)
     return rows
