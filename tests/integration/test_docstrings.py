@@ -47,5 +47,11 @@ def test_docstring_examples_run(name: str, monkeypatch: pytest.MonkeyPatch) -> N
     if name in NEEDS_CUPY:
         pytest.importorskip("cupy")
     monkeypatch.chdir(ROOT)  # examples name files such as examples/graphs/simplex.json
-    failures, _ = doctest.testmod(importlib.import_module(name), report=True)
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as err:  # an extra's package (starlette for graphrt.serve)
+        if (err.name or "graphrt").startswith("graphrt"):
+            raise
+        pytest.skip(f"{name} needs {err.name}, which this environment lacks")
+    failures, _ = doctest.testmod(module, report=True)
     assert failures == 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["for_ort", "ort_ir_version"]
+__all__ = ["for_ort", "ort_ir_version", "ort_reads_opset"]
 
 _OLDEST = 3
 """The oldest IR version with opset imports (what the probe's model needs)."""
@@ -54,3 +54,28 @@ def for_ort(model: Any) -> Any:
     :func:`ort_ir_version` where it is higher; a lower one, set on purpose, is kept."""
     model.ir_version = min(int(model.ir_version), ort_ir_version())
     return model
+
+
+@functools.cache
+def ort_reads_opset(opset: int) -> bool:
+    """Whether the installed onnxruntime loads a model importing ai.onnx ``opset`` (an older
+    one refuses an opset newer than its release: ORT 1.30 stops at 26); False without it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=min(int(onnx.IR_VERSION), ort_ir_version()))
+    try:
+        onnxruntime.InferenceSession(model.SerializeToString(),
+                                     providers=["CPUExecutionProvider"])
+    except Exception:  # onnxruntime's Fail: "Opset 27 is under development"
+        return False
+    return True
