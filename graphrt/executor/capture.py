@@ -17,10 +17,16 @@ not copied into stable buffers: CuPy offers no way to patch a graph's kernel arg
 copy per run would cost what zero-copy saves; a caller that alternates between a few buffers
 replays from the cache.
 
-A segment whose recording fails (a kernel that waits for the device on the host, say) runs
-step by step instead, and so does every later run of the context, with the reason logged once
-and given by :meth:`CaptureRunner.report`. Graphs whose shape functions read tensor values on
-the host are not captured at all: their shapes are known only while they run.
+Whether a step is recorded is decided per kernel. Kernels known not to record (a prepared
+kernel that is not capturable, host kernels, copies) split the segments where they stand. A
+segment whose recording fails all the same (a kernel that waits for the device on the host,
+say) runs step by step in that run, the node whose kernel failed runs step by step from then
+on, split off like the others, and the next run records the rest anew (one such node found per
+run); each is named with its reason in :meth:`CaptureRunner.report` and logged once. Only a
+failure no node is to blame for (the device refusing the recording as a whole) gives capture
+up for the context. Graphs whose shape functions read
+tensor values on the host are not captured at all: their shapes are known only while they
+run.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class CaptureReport:
         eager_steps: steps of the latest recording that run one by one between them.
         eager_nodes: the nodes of those steps (``__copy`` nodes, host kernels, kernels that
             are not capturable: :attr:`graphrt.kernels.Prepared.capturable`), by name.
+        eager_reasons: ``(name, why)`` for each of them.
     """
 
     enabled: bool
@@ -69,6 +76,7 @@ class CaptureReport:
     segments: int
     eager_steps: int
     eager_nodes: tuple[str, ...] = ()
+    eager_reasons: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,7 @@ class _Segment:
 
     steps: tuple[Step, ...]
     nids: tuple[int, ...]
+    kinds: tuple[str, ...]
     device: Device | None
 
 
@@ -88,7 +97,7 @@ class _Recording:
     steps: tuple[Step, ...]
     nids: tuple[int, ...]
     segments: int
-    eager: tuple[int, ...] = ()
+    eager: tuple[tuple[str, int], ...] = ()  # (kind, node id) of the steps run one by one
 
 
 _WARMED = _Recording((), (), 0)
@@ -105,8 +114,10 @@ class CaptureRunner:
     """
 
     def __init__(self, devices_of: Callable[[str, int], Device | None],
-                 reason: str | None = None, name_of: Callable[[int], str] = str) -> None:
-        self._devices_of, self._name_of = devices_of, name_of
+                 reason: str | None = None, name_of: Callable[[int], str] = str,
+                 why: Callable[[str, int], str] = lambda kind, nid: "") -> None:
+        self._static_devices, self._name_of, self._why = devices_of, name_of, why
+        self._isolated: dict[int, str] = {}  # node id -> why its recording failed alone
         self._cache: OrderedDict[tuple[Any, ...], _Recording] = OrderedDict()
         self._version = -1
         self._current: _Recording | None = None
@@ -120,12 +131,18 @@ class CaptureRunner:
     def enabled(self) -> bool:
         return self._reason is None
 
+    def _devices_of(self, kind: str, nid: int) -> Device | None:
+        return None if nid in self._isolated else self._static_devices(kind, nid)
+
     def report(self) -> CaptureReport:
         recording = self._current or _WARMED
+        eager = [(kind, nid) for kind, nid in dict.fromkeys(recording.eager)]
         return CaptureReport(self.enabled, self._reason, self._captures, self._replays,
                              len(self._cache), recording.segments,
                              len(recording.steps) - recording.segments,
-                             tuple(self._name_of(nid) for nid in dict.fromkeys(recording.eager)))
+                             tuple(self._name_of(nid) for _, nid in eager),
+                             tuple((self._name_of(nid), self._isolated.get(nid)
+                                    or self._why(kind, nid)) for kind, nid in eager))
 
     def run(self, table: StepTable, fail: Failure) -> None:
         """One run of ``table``'s steps: replayed, recorded, or (first time, or when capture
@@ -158,40 +175,56 @@ class CaptureRunner:
             self._cache.popitem(last=False)
 
     def _record(self, table: StepTable, fail: Failure) -> _Recording:
-        """Split the steps into segments and run them, recording the device ones."""
+        """Split the steps into segments and run them, recording the device ones; a segment
+        that fails to record has its culprits isolated, and the next run records again."""
         steps: list[Step] = []
         nids: list[int] = []
-        eager: list[int] = []
-        recorded = 0
+        eager: list[tuple[str, int]] = []
+        recorded, isolated = 0, False
         for segment in _segments(table, self._devices_of):
             replay = None
             if segment.device is None or self._reason is not None:
                 execute(segment.steps, segment.nids, fail)
             else:
                 replay = self._capture(segment, fail)
+                if replay is None:
+                    isolated = True
             if replay is None:
                 steps.extend(segment.steps)
                 nids.extend(segment.nids)
-                eager.extend(segment.nids)
+                eager.extend(zip(segment.kinds, segment.nids, strict=True))
             else:
                 steps.append((replay.launch, ()))
                 nids.append(segment.nids[0])
                 recorded += 1
+        if isolated and self._reason is None:
+            return _WARMED  # the next run records without the isolated steps
         return _Recording(tuple(steps), tuple(nids), recorded, tuple(eager))
 
     def _capture(self, segment: _Segment, fail: Failure) -> Replay | None:
-        """Record and run ``segment``; None if it could not be recorded (it ran one by one)."""
+        """Record and run ``segment``; None if it could not be recorded: it then ran step by
+        step, and the node whose kernel failed under recording is isolated (or, when no node
+        is to blame, capture is given up for the context)."""
         assert segment.device is not None
         work = functools.partial(execute, segment.steps, segment.nids, fail)
         try:
             replay = backend_for(segment.device).capture(work)
         except Exception as err:  # any failure: run it step by step
             work()  # a kernel's own error raises here, named
-            self._give_up(f"recording nodes {segment.nids[0]}..{segment.nids[-1]} on "
-                          f"{segment.device} failed ({type(err).__name__}: {err})")
+            culprit = getattr(err, "node_id", None)
+            if culprit in segment.nids:
+                self._isolate(culprit, f"its recording failed ({type(err).__name__}: {err})")
+            else:
+                self._give_up(f"recording nodes {segment.nids[0]}..{segment.nids[-1]} on "
+                              f"{segment.device} failed ({type(err).__name__}: {err})")
             return None
         self._captures += replay is not None
         return replay
+
+    def _isolate(self, nid: int, reason: str) -> None:
+        self._isolated[nid] = reason
+        logger.warning("graph capture: node %s runs step by step between the recordings from "
+                       "now on: %s", self._name_of(nid), reason)
 
     def _give_up(self, reason: str) -> None:
         self._reason = reason
@@ -204,7 +237,8 @@ class CaptureRunner:
 def capture_runner(compiled: CompiledGraph) -> CaptureRunner:
     """The capture runner of one run context of ``compiled`` (``create(..., cuda_graph=True)``)."""
     return CaptureRunner(functools.partial(_recording_device, compiled),
-                         _capture_off(compiled), lambda nid: compiled.graph.nodes[nid].name)
+                         _capture_off(compiled), lambda nid: compiled.graph.nodes[nid].name,
+                         functools.partial(_why_eager, compiled))
 
 
 def _recording_device(compiled: CompiledGraph, kind: str, nid: int) -> Device | None:
@@ -214,6 +248,19 @@ def _recording_device(compiled: CompiledGraph, kind: str, nid: int) -> Device | 
         return None
     dev = compiled.plan.node_device[nid]
     return dev if type(backend_for(dev)).capture is not Backend.capture else None
+
+
+def _why_eager(compiled: CompiledGraph, kind: str, nid: int) -> str:
+    """Why a step is not recorded, as :func:`_recording_device` decided."""
+    if kind == "copy":
+        return "a copy between devices (run by the host, in order)"
+    if kind != "op":
+        return "a shape function (run on the host)"
+    dev = compiled.plan.node_device[nid]
+    if type(backend_for(dev)).capture is Backend.capture:
+        return f"it runs on {dev}, whose kernels are plain calls"
+    return ("its kernel is not capturable (it calls cuBLAS or cuFFT through CuPy, which "
+            "refuses them while a stream captures, or reads values on the host)")
 
 
 def _capture_off(compiled: CompiledGraph) -> str | None:
@@ -236,17 +283,19 @@ def _segments(table: StepTable, devices_of: Callable[[str, int], Device | None]
     segments: list[_Segment] = []
     steps: list[Step] = []
     nids: list[int] = []
+    kinds: list[str] = []
     current: Device | None = None
     for step, nid, kind in zip(table.steps, table.nids, table.kinds, strict=True):
         device = devices_of(kind, nid)
         if steps and device != current:
-            segments.append(_Segment(tuple(steps), tuple(nids), current))
-            steps, nids = [], []
+            segments.append(_Segment(tuple(steps), tuple(nids), tuple(kinds), current))
+            steps, nids, kinds = [], [], []
         current = device
         steps.append(step)
         nids.append(nid)
+        kinds.append(kind)
     if steps:
-        segments.append(_Segment(tuple(steps), tuple(nids), current))
+        segments.append(_Segment(tuple(steps), tuple(nids), tuple(kinds), current))
     return segments
 
 

@@ -158,25 +158,53 @@ def test_dynamic_shapes_record_once_per_bound_shape(sim: graphrt.Device) -> None
     assert report.captures == 2 and report.cached == 2 and report.replays == 2
 
 
-def test_a_kernel_that_reads_the_device_on_the_host_runs_node_by_node(
+def test_a_kernel_that_reads_the_device_on_the_host_runs_alone_between_recordings(
         sim: graphrt.Device, caplog: pytest.LogCaptureFixture) -> None:
+    """Its recording fails, naming it: it runs step by step from then on and the kernels
+    around it are recorded in two segments (decided per kernel, not for the whole context)."""
+    calls: list[str] = []
+
     def scale_by_first(x: Any, out: Any) -> None:
+        calls.append("scale")
         np.multiply(x, x.reshape(-1)[0].item(), out=out)  # a host synchronization on cuda
 
+    lib = counting_lib(calls)
+    lib.register("scale_by_first", scale_by_first)
     g = GraphBuilder(device_index=True)
-    ref = g.op("scale", "scale_by_first", [g.input("x", [3], dev=SIM)], shape=[3], dev=SIM)
-    lib = graphrt.Library({"scale_by_first": scale_by_first})
+    ref = g.input("x", [3], dev=SIM)
+    for name, func in (("k0", "add_one"), ("scale", "scale_by_first"), ("k2", "double")):
+        ref = g.op(name, func, [ref], shape=[3], dev=SIM)
     mod = graphrt.create(g.build([ref]), lib, "cpu", sim, cuda_graph=True)
     x = np.array([2.0, 3.0, 4.0], "float32")
     with caplog.at_level(logging.WARNING, logger="graphrt"):
-        for _ in range(3):
+        for run in range(5):
+            calls.clear()
             mod.run(x=x)
-            np.testing.assert_array_equal(host(mod.get_output(0)), x * 2)
+            np.testing.assert_array_equal(host(mod.get_output(0)), (x + 1) * 3 * 2)
+            # the run whose recording failed is right too (sim's recording ran some kernels
+            # before it failed, and the segment then ran step by step); replays once each
+            if run == 4:
+                assert sorted(calls) == ["add_one", "double", "scale"], calls
     report = mod.capture_report()
-    assert report is not None and not report.enabled and report.captures == 0
-    assert report.reason is not None and "node 1 'scale'" in report.reason
-    assert "reads device memory on the host" in report.reason
-    assert sum("graph capture is off" in r.getMessage() for r in caplog.records) == 1
+    assert report is not None and report.enabled and report.reason is None
+    assert report.segments == 2 and report.eager_nodes == ("scale",) and report.replays >= 1
+    ((name, why),) = report.eager_reasons
+    assert name == "scale" and "reads device memory on the host" in why
+    warned = [r.getMessage() for r in caplog.records if "scale" in r.getMessage()]
+    assert len(warned) == 1 and "step by step" in warned[0], warned
+
+
+def test_a_kernel_known_not_to_record_has_its_reason_in_the_report(
+        sim: graphrt.Device) -> None:
+    g = GraphBuilder(device_index=True)
+    ref = g.op("k0", "add_one", [g.input("x", [3], dev=SIM)], shape=[3], dev=SIM)
+    back = g.op("to_host", "__copy", [ref], shape=[3], dev=1)
+    mod = graphrt.create(g.build([back]), counting_lib(), "cpu", sim, cuda_graph=True)
+    for _ in range(3):
+        mod.run(x=np.ones(3, "float32"))
+    report = mod.capture_report()
+    assert report is not None and report.eager_nodes == ("to_host",)
+    assert "a copy between devices" in report.eager_reasons[0][1]
 
 
 def test_a_failing_kernel_names_its_node_and_capture_stays_on(sim: graphrt.Device) -> None:
