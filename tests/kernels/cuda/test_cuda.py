@@ -418,7 +418,7 @@ def test_cuda_graph_of_a_heterogeneous_graph_matches_the_plain_run(
     assert report is not None and report.enabled and report.replays == 2
 
 
-def test_cuda_graph_falls_back_when_a_kernel_synchronizes(gpu: graphrt.Device) -> None:
+def test_a_kernel_that_synchronizes_runs_between_the_recordings(gpu: graphrt.Device) -> None:
     import cupy
 
     lib = graphrt.Library()
@@ -429,12 +429,14 @@ def test_cuda_graph_falls_back_when_a_kernel_synchronizes(gpu: graphrt.Device) -
 
     mod = graphrt.create(chain_graph(2, dev=gpu.type_code), lib, "cpu", gpu, cuda_graph=True)
     x = np.full((4, 3), 3.0, "float32")
-    for _ in range(3):
+    for _ in range(4):  # warm-up, a recording that fails on k0, a recording without it, replay
         mod.run(x=x)
         np.testing.assert_array_equal(mod.get_output(0, out=np.empty((4, 3), "float32")),
                                       (x + 3) * 2)
     report = mod.capture_report()
-    assert report is not None and not report.enabled and report.reason
+    assert report is not None and report.enabled and report.replays == 1, report
+    assert report.segments == 1 and report.eager_nodes == ("k0",), report
+    assert "its recording failed" in report.eager_reasons[0][1]
 
 
 def test_cuda_graph_of_the_example_cnn_matches_the_plain_run(gpu: graphrt.Device) -> None:
