@@ -34,16 +34,18 @@ __all__ = ["NO_EPILOGUE", "ElementwiseStep", "Epilogue", "FusedRun", "Prepared",
 
 @dataclass(frozen=True)
 class Epilogue:
-    """What a kernel applies as it stores its output: ``+ residual`` (an array of the
-    output's type, passed after the op's inputs), then relu or a clip to ``(low, high)``
-    (ReLU6 is ``(0, 6)``)."""
+    """What a kernel applies as it stores its output: ``+ bias`` (a vector along the
+    output's last axis, passed after the op's inputs), ``+ residual`` (an array of the
+    output's type, passed after them), then relu or a clip to ``(low, high)`` (ReLU6 is
+    ``(0, 6)``)."""
 
     residual: bool = False
     relu: bool = False
     clip: tuple[float, float] | None = None
+    bias: bool = False
 
     def __bool__(self) -> bool:
-        return self.residual or self.relu or self.clip is not None
+        return self.residual or self.relu or self.clip is not None or self.bias
 
 
 NO_EPILOGUE = Epilogue()
@@ -55,7 +57,8 @@ class Prepared:
     """A kernel ready for one op at given types.
 
     Attributes:
-        call: ``call(*inputs, residual?, *outputs, *workspace)``; it writes the outputs.
+        call: ``call(*inputs, bias?, residual?, *outputs, *workspace)``; it writes the
+            outputs.
         workspace: the scratch arrays it needs after its outputs, planned by the executor
             like any intermediate (holding garbage when the call starts).
         capturable: whether its work may be recorded into a device graph (CUDA graphs) and

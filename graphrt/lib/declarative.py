@@ -298,14 +298,14 @@ class FusedFunction:
             step = steps[run.first]
             clip = steps[run.last].attrs if run.clip else None
             epilogue = Epilogue(run.residual is not None, run.relu, None if clip is None else (
-                float(clip.a_min), float(clip.a_max)))
+                float(clip.a_min), float(clip.a_max)), run.bias is not None)
             prepared = kernels.prepare(step.op, step.attrs, [types[a] for a in step.inputs],
                                        [types[run.output]], epilogue, dynamic=dynamic)
             # the fused kernel takes the workspace planned for the step alone, so it must be
             # the same (a provider whose epilogue needs other scratch leaves the steps apart)
             if prepared is not None and prepared.workspace == tuple(
                     workspaces[run.first].values()):
-                extra = () if run.residual is None else (run.residual,)
+                extra = tuple(name for name in (run.bias, run.residual) if name is not None)
                 merged.append((run.first, run.last, (
                     prepared.call, (*step.inputs, *extra), (run.output, *workspaces[run.first]),
                     prepared.capturable)))

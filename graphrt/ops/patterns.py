@@ -7,10 +7,11 @@ business (:mod:`graphrt.kernels`):
 * :func:`elementwise_runs`: runs of consecutive elementwise steps (one compiled loop on cpu,
   one ``cupy.ElementwiseKernel`` on cuda).
 * :func:`epilogue_runs`: an op followed by the elementwise steps it can apply as its epilogue.
-  A convolution followed by ``add`` of an array of its own type (a residual) and/or ``relu``
-or ``clip`` (the conv -> add -> relu of every ResNet block, MobileNet's ReLU6) can apply them
-as it stores its results
-(:class:`graphrt.kernels.Epilogue`), with no pass of their own over memory.
+  An op followed by ``add`` of a vector along its last axis (a bias: ONNX's MatMul -> Add),
+  ``add`` of an array of its own type (a residual) and/or ``relu`` or ``clip`` (the
+  conv -> add -> relu of every ResNet block, MobileNet's ReLU6), in that order, can apply them
+  as it stores its results (:class:`graphrt.kernels.Epilogue`), with no pass of their own
+  over memory.
 
 Example:
     >>> from graphrt.ops import TensorType
@@ -18,7 +19,7 @@ Example:
     >>> steps = [("conv2d", ("x", "w"), ("t",)), ("add", ("r", "t"), ("u",)),
     ...          ("relu", ("u",), ("y",))]
     >>> epilogue_runs(steps, {"y"}, dict(t=f32, r=f32), lambda index: index == 0)
-    [EpilogueRun(first=0, last=2, residual='r', relu=True, output='y', clip=False)]
+    [EpilogueRun(first=0, last=2, residual='r', relu=True, output='y', clip=False, bias=None)]
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ ACTIVATIONS = ("relu", "clip")
 
 @dataclass(frozen=True)
 class EpilogueRun:
-    """Steps ``first..last`` (inclusive): the op at ``first``, then ``+ residual`` (None:
-    no add) and relu (or not), exporting ``output``; ``clip``: the last step is a ``clip``
-    instead (its bounds are its attributes)."""
+    """Steps ``first..last`` (inclusive): the op at ``first``, then ``+ bias`` (a vector along
+    the last axis; None: no such add), ``+ residual`` (None: no add) and relu (or not),
+    exporting ``output``; ``clip``: the last step is a ``clip`` instead (its bounds are its
+    attributes)."""
 
     first: int
     last: int
@@ -48,6 +50,7 @@ class EpilogueRun:
     relu: bool
     output: str
     clip: bool = False
+    bias: str | None = None
 
 
 def epilogue_runs(steps: Sequence[tuple[str, tuple[str, ...], tuple[str, ...]]],
@@ -69,29 +72,48 @@ def epilogue_runs(steps: Sequence[tuple[str, tuple[str, ...], tuple[str, ...]]],
     runs = []
     index = 0
     while index < len(steps) - 1:
-        (_, _, outs), (op, ins, after) = steps[index], steps[index + 1]
-        if len(outs) != 1 or not internal(outs[0]) or outs[0] not in ins:
+        value, last = steps[index][2], index
+        bias = residual = None
+        if len(value) != 1 or not internal(value[0]):
             index += 1
             continue
-        value, last, residual = outs[0], index + 1, None
-        if op == "add" and len(ins) == 2 and ins[0] != ins[1]:
-            residual = ins[1] if ins[0] == value else ins[0]
-            if types[residual] != types[value]:
+        added = _added(steps, last + 1, value[0])  # + bias, then + residual
+        if added is not None and _is_bias(types[added], types[value[0]]):
+            bias, last, value = added, last + 1, steps[last + 1][2]
+            added = _added(steps, last + 1, value[0]) if internal(value[0]) else None
+        if added is not None:
+            if types[added] != types[value[0]]:
                 index += 1
                 continue
-            if (last + 1 < len(steps) and steps[last + 1][0] in ACTIVATIONS
-                    and steps[last + 1][1] == after and internal(after[0])):
-                last += 1
-        elif op not in ACTIVATIONS or len(ins) != 1:
-            index += 1
-            continue
-        if not anchor(index):
+            residual, last, value = added, last + 1, steps[last + 1][2]
+        if (last + 1 < len(steps) and steps[last + 1][0] in ACTIVATIONS
+                and steps[last + 1][1] == value and (last == index or internal(value[0]))):
+            last += 1
+        if last == index or not anchor(index):
             index += 1
             continue
         runs.append(EpilogueRun(index, last, residual, steps[last][0] == "relu",
-                                steps[last][2][0], steps[last][0] == "clip"))
+                                steps[last][2][0], steps[last][0] == "clip", bias))
         index = last + 1
     return runs
+
+
+def _added(steps: Sequence[tuple[str, tuple[str, ...], tuple[str, ...]]], index: int,
+           value: str) -> str | None:
+    """What step ``index`` adds to ``value`` when it is ``add(value, other)`` (either order,
+    ``other`` another name), else None."""
+    if index >= len(steps):
+        return None
+    op, ins, outs = steps[index]
+    if op != "add" or len(ins) != 2 or ins[0] == ins[1] or value not in ins or len(outs) != 1:
+        return None
+    return ins[1] if ins[0] == value else ins[0]
+
+
+def _is_bias(vector: TensorType, of: TensorType) -> bool:
+    """Whether ``vector`` is a bias of ``of``: 1-D over its last axis, of its dtype."""
+    return (len(of.shape) >= 2 and vector.shape == of.shape[-1:]
+            and vector.dtype == of.dtype)
 
 
 @dataclass(frozen=True)

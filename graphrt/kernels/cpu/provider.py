@@ -87,6 +87,8 @@ class CpuProvider:
                 outputs: Sequence[TensorType], epilogue: Epilogue, *, dynamic: bool,
                 xp: Any) -> Prepared | None:
         name = op.name
+        if epilogue.bias:  # the cpu's kernels add no bias vector: the fused loop after does
+            return None
         if name in _CONVS:
             return self._conv(op, attrs, inputs, outputs[0], epilogue, dynamic, xp)
         if name in _GEMMS:

@@ -101,7 +101,8 @@ def prepare_conv(inputs: Sequence[TensorType], out: TensorType, groups: int,
     """
     cudnn = cudnn_module()
     x, w = inputs[0], inputs[1]
-    if (cudnn is None or dynamic or epilogue.clip is not None or x.dtype not in _DTYPES
+    if (cudnn is None or dynamic or epilogue.clip is not None or epilogue.bias
+            or x.dtype not in _DTYPES
             or prod(out.shape) == 0
             or len(x.shape) not in (4, 5) or any(t.dtype != x.dtype for t in inputs)):
         return None

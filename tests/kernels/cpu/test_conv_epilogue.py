@@ -123,6 +123,31 @@ def test_epilogue_runs_are_found_only_where_nothing_else_reads_between() -> None
         EpilogueRun(0, 2, "r", False, "y", clip=True)]
 
 
+def test_a_bias_along_the_last_axis_opens_the_epilogue() -> None:
+    """ONNX's MatMul -> Add(bias) [-> Add(residual)] [-> Relu]: the bias first, in that order;
+    a vector over another axis, or a 1-D output's same-shaped operand, is no bias."""
+    out = TensorType((2, 8, 16), "float32")
+    types = {"t": out, "u": out, "v": out, "r": out, "b": TensorType((16,), "float32"),
+             "c": TensorType((8, 1), "float32"), "h": TensorType((16,), "float16")}
+
+    def runs(steps: list[Any], exported: set[str] = frozenset({"y"})) -> list[EpilogueRun]:
+        return epilogue_runs(steps, set(exported), types, lambda k: steps[k][0] == "matmul")
+
+    mm = ("matmul", ("x", "w"), ("t",))
+    assert runs(_steps(mm, ("add", ("b", "t"), ("y",)))) == [
+        EpilogueRun(0, 1, None, False, "y", bias="b")]
+    assert runs(_steps(mm, ("add", ("t", "b"), ("u",)), ("add", ("u", "r"), ("v",)),
+                       ("relu", ("v",), ("y",)))) == [EpilogueRun(0, 3, "r", True, "y", bias="b")]
+    assert runs(_steps(mm, ("add", ("t", "b"), ("u",)), ("relu", ("u",), ("y",)))) == [
+        EpilogueRun(0, 2, None, True, "y", bias="b")]
+    # the biased value read again later (GELU's x * ...): the epilogue stops at the bias
+    assert runs(_steps(mm, ("add", ("t", "b"), ("u",)), ("relu", ("u",), ("v",)),
+                       ("mul", ("u", "v"), ("y",)))) == [
+        EpilogueRun(0, 1, None, False, "u", bias="b")]
+    assert runs(_steps(mm, ("add", ("t", "c"), ("y",)))) == []  # not along the last axis
+    assert runs(_steps(mm, ("add", ("t", "h"), ("y",)))) == []  # another dtype
+
+
 def test_a_function_with_relu6_runs_the_clip_in_the_convolutions_store() -> None:
     """conv2d -> clip(0, 6) lowers to one prepared kernel, whose output is the two steps'."""
     g = GraphBuilder()

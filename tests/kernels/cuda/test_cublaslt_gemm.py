@@ -122,3 +122,43 @@ def test_an_encoder_records_into_cuda_graphs_but_its_gather(dtype: str) -> None:
     assert report is not None and report.enabled and report.replays >= 1, report
     # the embedding's gather checks its indices on the host: every other node is recorded
     assert report.segments <= 2 and report.eager_steps == 1, report
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(("shapes", "raw"), [
+    ([(64, 96), (96, 48)], {}), ([(2, 16, 96), (96, 48)], {}),
+    ([(2, 16, 96), (48, 96)], {"transpose_b": True})], ids=["2d", "batched-a", "transposed-b"])
+@pytest.mark.parametrize(("residual", "relu"), [(False, False), (True, True)])
+def test_a_bias_after_matmul_is_the_bias_epilogue(shapes: list, raw: dict, dtype: str,
+                                                 residual: bool, relu: bool) -> None:
+    """ONNX's MatMul -> Add(bias) [-> Add(residual) -> Relu] as one cuBLASLt call."""
+    op = get_op("matmul")
+    attrs = op.attrs.model_validate(raw)
+    types = [TensorType(s, dtype) for s in shapes]
+    (out,) = op.infer(types, attrs, [None, None])
+    epilogue = Epilogue(residual, relu, bias=True)
+    prepared = chain("cuda", cupy).prepare(op, attrs, types, [out], epilogue)
+    assert prepared is not None and prepared.provider == "cublaslt"
+    rng = np.random.default_rng(7)
+    host = [(rng.standard_normal(s) * 0.5).astype(dtype) for s in shapes]
+    bias = rng.standard_normal(out.shape[-1:]).astype(dtype)
+    extra = rng.standard_normal(out.shape).astype(dtype)
+    want = _want("matmul", [a.astype(np.float64) for a in host], attrs) + bias
+    if residual:
+        want = want + extra
+    if relu:
+        want = np.maximum(want, 0)
+    got = cupy.full(out.shape, 7, dtype)
+    prepared.call(*map(cupy.asarray, host), cupy.asarray(bias),
+                  *([cupy.asarray(extra)] if residual else []), got)
+    tolerance = 1e-4 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(got.get().astype(np.float64), want, rtol=tolerance,
+                               atol=tolerance * 8)
+
+
+def test_a_bias_after_a_product_of_two_batches_is_left_to_the_steps() -> None:
+    op = get_op("matmul")
+    attrs = op.attrs.model_validate({})
+    types = [TensorType((2, 8, 16), "float32"), TensorType((2, 16, 4), "float32")]
+    (out,) = op.infer(types, attrs, [None, None])
+    assert chain("cuda", cupy).prepare(op, attrs, types, [out], Epilogue(bias=True)) is None
