@@ -398,7 +398,7 @@ def event_seconds(device: graphrt.Device, call: Call, repeat: int) -> float:
     """Median seconds of ``call``'s device work between two CUDA events (wall clock off
     cuda)."""
     if device.kind != "cuda":
-        return statistics.median(timed_calls(call, repeat))
+        return interleaved({"call": call}, lambda: None, 1, repeat)["call"]
     import cupy
 
     times = []
@@ -411,15 +411,6 @@ def event_seconds(device: graphrt.Device, call: Call, repeat: int) -> float:
             end.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
     return statistics.median(times)
-
-
-def timed_calls(call: Call, repeat: int) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        begin = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - begin)
-    return times
 
 
 def measure_copy(mib: int, upload: bool, device: graphrt.Device, args: argparse.Namespace

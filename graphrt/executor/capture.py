@@ -247,7 +247,12 @@ def _recording_device(compiled: CompiledGraph, kind: str, nid: int) -> Device | 
     if kind != "op" or nid not in compiled.capturable:
         return None
     dev = compiled.plan.node_device[nid]
-    return dev if type(backend_for(dev)).capture is not Backend.capture else None
+    return dev if _records(dev) else None
+
+
+def _records(dev: Device) -> bool:
+    """Whether ``dev``'s backend records work (it overrides :meth:`Backend.capture`)."""
+    return type(backend_for(dev)).capture is not Backend.capture
 
 
 def _why_eager(compiled: CompiledGraph, kind: str, nid: int) -> str:
@@ -257,7 +262,7 @@ def _why_eager(compiled: CompiledGraph, kind: str, nid: int) -> str:
     if kind != "op":
         return "a shape function (run on the host)"
     dev = compiled.plan.node_device[nid]
-    if type(backend_for(dev)).capture is Backend.capture:
+    if not _records(dev):
         return f"it runs on {dev}, whose kernels are plain calls"
     return ("its kernel is not capturable (it calls cuBLAS or cuFFT through CuPy, which "
             "refuses them while a stream captures, or reads values on the host)")

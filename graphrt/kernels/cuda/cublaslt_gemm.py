@@ -73,7 +73,8 @@ def prepare_gemm(name: str, attrs: Any, inputs: Sequence[TensorType], out: Tenso
                  epilogue: Epilogue, *, dynamic: bool, xp: Any) -> Prepared | None:
     """A cuBLASLt product for ``name`` (:data:`GEMMS`) at these types, or None.
 
-    ``call(*inputs[, residual], out)`` runs on CuPy's (``xp``) current stream and device.
+    ``call(*inputs[, bias][, residual], out)`` runs on CuPy's (``xp``) current stream and
+    device.
     """
     advanced = nvmath_matmul()
     if (advanced is None or dynamic or epilogue.clip is not None or 0 in out.shape

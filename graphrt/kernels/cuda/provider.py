@@ -83,7 +83,7 @@ class CudaProvider:
                 return None
             row = _row_op(op.name, attrs, inputs[0])
             call = None if row is None else rows_kernel(
-                row[0], -1, row[1], [row[2], *inputs[1:]], outputs[0],
+                row[0], row[1], [row[2], *inputs[1:]], outputs[0],
                 op.positional(xp, attrs, len(inputs)), dynamic=dynamic, xp=xp)
             return None if call is None else Prepared(call, provider=self.name)
         if op.name in _POOLS:

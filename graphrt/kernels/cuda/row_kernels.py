@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
 
-from ...ops import TensorType, normalize_axis
+from ...ops import TensorType
 
 __all__ = ["conversions", "kernel_code", "rows_kernel"]
 
@@ -155,20 +155,19 @@ def _threads(cols: int) -> int:
     return max(32, min(1024, warps * 32))
 
 
-def rows_kernel(name: str, axis: int, epsilon: float, inputs: Sequence[TensorType],
-                out: TensorType, fallback: Callable[..., None], *, dynamic: bool, xp: Any
+def rows_kernel(name: str, epsilon: float, inputs: Sequence[TensorType], out: TensorType,
+                fallback: Callable[..., None], *, dynamic: bool, xp: Any
                 ) -> Callable[..., None] | None:
     """``call(x[, gamma, beta], out)`` for softmax, layer_norm (``gamma`` and ``beta`` 1-D
-    over the row) or ``reduce_sum``/``reduce_mean`` (one value per row) over
-    the last axis, or None (another axis, a dtype other than
+    over the row) or ``reduce_sum``/``reduce_mean`` (one value per row) over the rows of
+    ``x`` (its last axis: the caller gives ``x`` as rows), or None (a dtype other than
     float32/float16, an empty or dynamic tensor, rows longer than an int holds). A strided
     operand runs ``fallback`` (the reference)."""
     x = inputs[0]
     vectors = 2 if name == "layer_norm" else 0
     if (name not in _SOURCES or dynamic or x.dtype not in _TYPES or not x.shape
-            or 0 in x.shape or normalize_axis(axis, len(x.shape)) != len(x.shape) - 1
-            or x.shape[-1] >= 2**31 or any(t.dtype != x.dtype for t in (*inputs, out))
-            or len(inputs) != 1 + vectors
+            or 0 in x.shape or x.shape[-1] >= 2**31
+            or any(t.dtype != x.dtype for t in (*inputs, out)) or len(inputs) != 1 + vectors
             or any(t.shape != x.shape[-1:] for t in inputs[1:])):
         return None
     if name.startswith("reduce_"):  # every row to one value: out holds the leading dims
