@@ -40,15 +40,17 @@ from ...ops.convolution import run_conv as reference_conv
 from .crew import run_jobs
 from .jit import direct_conv as direct_kernels
 
-__all__ = ["DirectPlan", "HostConvPlan", "PointwisePlan", "conv_epilogue", "conv_plan",
-           "direct_plan", "pointwise_plan", "run_conv", "run_conv_with", "run_direct",
-           "run_pointwise"]
+__all__ = ["DepthwisePlan", "DirectPlan", "HostConvPlan", "PointwisePlan",
+           "conv_epilogue", "conv_plan", "direct_plan", "pack_unbiased", "pointwise_plan",
+           "run_conv", "run_conv_with", "run_depthwise", "run_direct", "run_pointwise"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
 # and pointwise 6 output channels x 16 pixels.
 _CHANNELS, _PIXELS, _ROWS, _SPAN = 16, 6, 6, 16
 Clip = tuple[float, float] | None
 """An epilogue's clip to ``(low, high)``, or None."""
+Packed = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None
+"""A weight and bias packed for a plan (the bias padded to whole blocks), or None."""
 
 _MIN_WORK = 50_000
 """Tile-taps (about 7 cycles each) below which a convolution runs on the calling thread
@@ -159,6 +161,28 @@ def _packed_bias(bias: np.ndarray[Any, Any] | None, channels: int, block: int
     return padded
 
 
+def _pack_weight(kernels: ModuleType, weight: np.ndarray[Any, Any], block: int,
+                blocked: bool = False) -> np.ndarray[Any, Any]:
+    """``weight`` ``[O, C, kh, kw]`` packed ``block`` output channels at a time, its taps in
+    the order of a ``blocked`` plan's where it is one."""
+    if not blocked:
+        return kernels.pack_weights(weight, block)  # type: ignore[no-any-return]
+    o, c, kh, kw = weight.shape
+    taps = weight.reshape(o, c // _BLOCK, _BLOCK, kh, kw).transpose(0, 1, 3, 4, 2)
+    return kernels.pack_weights(np.ascontiguousarray(taps), block)  # type: ignore[no-any-return]
+
+
+def pack_unbiased(kernels: ModuleType, plan: DirectPlan | PointwisePlan,
+                  weight: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
+                                                         np.ndarray[Any, Any]]:
+    """``weight`` packed for ``plan`` with a zero bias, as :func:`run_direct`'s and
+    :func:`run_pointwise`'s ``packed`` take them (for weights that are no param, which
+    the caller keeps)."""
+    block = _ROWS if isinstance(plan, PointwisePlan) else _CHANNELS
+    return (_pack_weight(kernels, weight, block, getattr(plan, "blocked", False)),
+            zero_bias(weight.shape[0], block))
+
+
 def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
               bias: np.ndarray[Any, Any] | None, block: int, blocked: bool = False
               ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -166,16 +190,8 @@ def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
     ``blocked`` plan's where it is one), and the bias padded to whole blocks (zeros without
     one): once per loaded param (:func:`derived`)."""
     o, key = weight.shape[0], f"direct_conv {block}"
-
-    def pack() -> np.ndarray[Any, Any]:
-        if not blocked:
-            return kernels.pack_weights(weight, block)  # type: ignore[no-any-return]
-        c, kh, kw = weight.shape[1:]
-        taps = weight.reshape(o, c // _BLOCK, _BLOCK, kh, kw).transpose(0, 1, 3, 4, 2)
-        return kernels.pack_weights(np.ascontiguousarray(taps), block)  # type: ignore[no-any-return]
-
-    packed = derived(weight, (key, blocked), pack)
-    summed = (_zero_bias(o, block) if bias is None else
+    packed = derived(weight, (key, blocked), lambda: _pack_weight(kernels, weight, block, blocked))
+    summed = (zero_bias(o, block) if bias is None else
               derived(bias, key, lambda: _packed_bias(bias, o, block)))
     return packed, summed
 
@@ -196,17 +212,19 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
                weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
                residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
-               clip: Clip = None) -> None:
+               clip: Clip = None, packed: Packed = None) -> None:
     """The convolution ``plan`` of float32 ``x`` by ``weight`` (+ ``bias``) into ``out``
     (C-contiguous), with ``buffer`` the planned workspace (None where the plan needs none),
-    then ``+ residual`` (shaped as ``out``) and relu as the results are stored."""
+    then ``+ residual`` (shaped as ``out``) and relu as the results are stored. ``packed``:
+    the weight and bias already packed for this plan (:func:`pack_unbiased`), else they are
+    packed once per loaded param."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-    packed, summed = _prepared(kernels, weight, bias, _CHANNELS, plan.blocked)
+    weights, summed = packed or _prepared(kernels, weight, bias, _CHANNELS, plan.blocked)
     flat = np.asarray(out).reshape(-1)
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
     counters = np.zeros(4, np.int64)  # tiles claimed, done; padded copy's jobs claimed, done
     run_jobs(kernels.conv_jobs, plan.parallel, (
-        data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, packed,
+        data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
         summed, flat, weight.shape[0], *_epilogue(kernels, flat, residual, relu, clip), plan.strip,
         counters, plan.grain))
 
@@ -273,7 +291,7 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
                   weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                   out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
                   residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
-                  clip: Clip = None) -> None:
+                  clip: Clip = None, packed: Packed = None) -> None:
     """The pointwise convolution ``plan``: as :func:`run_direct`."""
     if buffer is None:
         data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
@@ -281,11 +299,11 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
         strided = np.asarray(buffer).reshape(plan.workspace)
         strided[...] = np.asarray(x)[:, :, ::plan.strides[0], ::plan.strides[1]]
         data = strided.reshape(-1)
-    packed, summed = _prepared(kernels, weight, bias, _ROWS)
+    weights, summed = packed or _prepared(kernels, weight, bias, _ROWS)
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.pointwise_jobs, plan.parallel, (
-        data, plan.length, plan.depth, packed, summed, flat, weight.shape[0],
+        data, plan.length, plan.depth, weights, summed, flat, weight.shape[0],
         *_epilogue(kernels, flat, residual, relu, clip), plan.chunk, counters, plan.grain))
 
 
@@ -340,7 +358,7 @@ def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, A
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     channels = weight.shape[0]
     taps = derived(weight, "depthwise", lambda: np.ascontiguousarray(weight).reshape(-1))
-    summed = _zero_bias(channels, 1) if bias is None else np.ascontiguousarray(bias)
+    summed = zero_bias(channels, 1) if bias is None else np.ascontiguousarray(bias)
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.depthwise_jobs, plan.parallel, (
@@ -357,7 +375,7 @@ def _bounds(clip: tuple[float, float]) -> np.ndarray[Any, Any]:
 
 
 @lru_cache(maxsize=64)
-def _zero_bias(channels: int, block: int) -> np.ndarray[Any, Any]:
+def zero_bias(channels: int, block: int) -> np.ndarray[Any, Any]:
     zeros = _packed_bias(None, channels, block)
     zeros.flags.writeable = False
     return zeros

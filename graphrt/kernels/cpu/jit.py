@@ -1,7 +1,9 @@
 """numba on the host, where it is installed: the one check of whether compiled host kernels
 may be used, the compiled row kernels of ``layer_norm`` and ``softmax``
 (:mod:`graphrt.kernels.cpu.row_kernels`), the direct convolution
-(:mod:`graphrt.kernels.cpu.direct_conv`) and the max pool (:mod:`graphrt.kernels.cpu.pool_kernels`).
+(:mod:`graphrt.kernels.cpu.direct_conv`), the quantized convolution's passes
+(:mod:`graphrt.kernels.cpu.quantized_kernels`) and the max pool
+(:mod:`graphrt.kernels.cpu.pool_kernels`).
 
 numba is a core dependency: the compiled kernels are graphrt's cpu speed. ``GRAPHRT_JIT=0``
 switches them off (each op keeps its numpy path, said once in the log at info level). Where
@@ -30,7 +32,7 @@ import numpy as np
 from ...ops import TensorType, normalize_axis
 
 __all__ = ["compiled_path_lost", "direct_conv", "host_rows", "load_numba", "pool_kernels",
-           "row_kernels", "rows_call"]
+           "quantized_kernels", "row_kernels", "rows_call"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +100,13 @@ def direct_conv() -> ModuleType | None:
     """:mod:`graphrt.kernels.cpu.direct_conv`, compiled; None where numba is missing, switched
     off or fails to compile it (the reason logged once)."""
     return _compiled("direct_conv", "float32 convolutions on cpu take the im2col + GEMM path")
+
+
+def quantized_kernels() -> ModuleType | None:
+    """:mod:`graphrt.kernels.cpu.quantized_kernels`, compiled; None where numba is missing,
+    switched off or fails to compile it (the reason logged once)."""
+    return _compiled("quantized_kernels", "quantized convolutions on cpu take the exact "
+                     "float GEMM path")
 
 
 def pool_kernels() -> ModuleType | None:

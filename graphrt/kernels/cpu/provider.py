@@ -3,6 +3,8 @@
 - ``conv``, ``conv2d``: the direct or pointwise convolution (2-D float32 of one group), or the
   depthwise one (a group per channel), with its ``+ residual`` / relu epilogue
   (:mod:`graphrt.kernels.cpu.conv`).
+- ``qlinear_conv``: the quantized convolution (2-D, one group or depthwise, static shapes) on
+  the float32 direct kernels, exact (:mod:`graphrt.kernels.cpu.qconv`).
 - ``max_pool``, ``max_pool2d``: the compiled max pool (float32, 2-D windows, no indices;
   :mod:`graphrt.kernels.cpu.pool`).
 - ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
@@ -45,6 +47,7 @@ from .dense import dense_call
 from .jit import direct_conv, rows_call
 from .loops import fused_runs
 from .pool import max_pool_call
+from .qconv import qconv_call
 
 __all__ = ["MAX_DIRECT_PIXELS", "SMALL_GEMM", "CpuProvider"]
 
@@ -58,7 +61,7 @@ plan keeps an offset per output pixel (8 bytes each, made at create())."""
 
 _CONVS = frozenset({"conv", "conv2d"})
 _GEMMS = frozenset({"dense", "matmul", "batch_matmul"})
-_OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "softmax", "layer_norm"}
+_OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "softmax", "layer_norm", "qlinear_conv"}
 
 
 class CpuProvider:
@@ -91,6 +94,14 @@ class CpuProvider:
             return None
         if name in _CONVS:
             return self._conv(op, attrs, inputs, outputs[0], epilogue, dynamic, xp)
+        if name == "qlinear_conv":
+            quantized = None if dynamic or epilogue else qconv_call(
+                attrs, inputs, outputs[0], op.positional(xp, attrs, len(inputs)))
+            if quantized is None:
+                return None
+            self.crew = True
+            return Prepared(quantized.run, quantized.workspace, capturable=False,
+                            provider=self.name)
         if name in _GEMMS:
             packed = None if dynamic else dense_call(
                 name, attrs, inputs, outputs[0], epilogue, op.positional(xp, attrs, len(inputs)),
