@@ -114,6 +114,12 @@ class Builder:
         self._count += 1
         return f"%{self._count}:{hint}"
 
+    def value(self, hint: str, tensor: TensorType) -> str:
+        """A new value of type ``tensor``, for a step a rewrite adds (its name says ``hint``)."""
+        name = self._fresh(hint)
+        self.types[name] = tensor
+        return name
+
     def input(self, name: str, tensor: TensorType) -> str:
         """Declare a graph input.
 

@@ -25,6 +25,7 @@ from .emit import Emitted, emit
 from .fusion import fold_batch_norms, fuse_steps
 from .model import LoadedModel, dtype_name, load_model, to_array
 from .placement import check_devices, place_steps, placement_decisions
+from .qdq import fuse_qdq
 from .registry import check_supported, find_converter
 from .symbolic import generalize, sample_points, symbolic_bounds
 from .symint import SymInt
@@ -262,6 +263,7 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     device_types = check_devices(devices)
     kinds = device_types or ["cpu"]
     if fuse:
+        fuse_qdq(b, outputs)
         fold_batch_norms(b, outputs)
     labels = {node.label: (node.op_type, node.name) for node in loaded.nodes}
     reasons = place_steps(b, kinds, placement or {}, labels)
