@@ -310,8 +310,9 @@ class FusedFunction:
                     prepared.call, (*step.inputs, *extra), (run.output, *workspaces[run.first]),
                     prepared.capturable)))
         taken = {k for first, last, _ in merged for k in range(first, last + 1)}
-        rest = [(None if k in taken else s.op.elementwise, s.inputs, s.outputs)
-                for k, s in enumerate(steps)]  # what an epilogue took joins no run
+        rest = [(None if k in taken  # what an epilogue took joins no run
+                 else s.op.expression(s.attrs, [types[a] for a in s.inputs]),
+                 s.inputs, s.outputs) for k, s in enumerate(steps)]
         merged += [(run.first, run.last, (kernel, run.inputs, (run.output,), True))
                    for run, kernel in kernels.fuse(rest, exported, types, dynamic=dynamic)]
         calls = list(calls)

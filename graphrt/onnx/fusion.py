@@ -5,23 +5,25 @@
 ``bias_add`` of a per-channel constant) into the convolution alone, with new weights and bias.
 
 :func:`fuse_steps` groups steps the way TVM's ``FuseOps`` names them: every standard op has a
-pattern (:func:`op_pattern`); an elementwise or broadcast step joins the group of its latest
-producer when that group is anchored by an out-elementwise-fusable op (convolution, dense,
-matmul, pooling) or is itself elementwise/broadcast/injective; an injective step joins an
+pattern (:func:`op_pattern`; per step for ``quantize`` and ``dequantize``: broadcast when per
+tensor, else opaque); an elementwise or broadcast step joins the group of its latest producer
+when that group is anchored by an out-elementwise-fusable op (convolution, dense, matmul,
+pooling) or is itself elementwise/broadcast/injective; an injective step joins an
 elementwise/broadcast/injective group; a reduction joins such a group and closes it.
 Groups never cross devices and hold at most :data:`MAX_GROUP` steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
-from ..ops import OPS
+from ..ops import OPS, TensorType
 from .builder import Builder, ConvertedStep
 
 __all__ = ["MAX_GROUP", "Pattern", "fold_batch_norms", "fuse_steps", "op_pattern"]
@@ -73,11 +75,16 @@ _PATTERNS: dict[str, Pattern] = {
 }
 
 
-def op_pattern(op: str) -> Pattern:
-    """The fusion pattern of standard op ``op``.
+def op_pattern(op: str, attrs: Mapping[str, Any] | None = None,
+               inputs: Sequence[TensorType] = ()) -> Pattern:
+    """The fusion pattern of standard op ``op`` (of one step of it, with ``attrs`` and input
+    types ``inputs``, for an op elementwise only for some of them).
 
     Ops not in the table are elementwise when their :class:`~graphrt.ops.OpDef` has an
-    elementwise body, else opaque (never fused).
+    elementwise body; broadcast when the step has an expression
+    (:meth:`~graphrt.ops.OpDef.expression`: a per-tensor ``quantize`` or ``dequantize``,
+    whose scale broadcasts), so ``dequantize → add → quantize`` is one group the cpu compiles
+    as one loop; else opaque (never fused).
 
     Example:
         >>> op_pattern("conv2d").name, op_pattern("add").name, op_pattern("softmax").name
@@ -87,8 +94,13 @@ def op_pattern(op: str) -> Pattern:
     if pattern is not None:
         return pattern
     found = OPS.get(op)
-    if found is not None and found.elementwise is not None:
+    if found is None:
+        return Pattern.OPAQUE
+    if found.elementwise is not None:
         return Pattern.ELEMWISE
+    if found.elementwise_of is not None and attrs is not None and found.expression(
+            found.attrs.model_validate(attrs), inputs) is not None:
+        return Pattern.BROADCAST
     return Pattern.OPAQUE
 
 
@@ -246,18 +258,28 @@ def fuse_steps(b: Builder, outputs: Sequence[str]) -> list[list[int]]:
     Each step, in order, considers the group that made the latest of its inputs (the group
     created last among its producers): its other inputs then come from earlier groups, so the
     groups stay in a valid execution order. It joins that group when :func:`_accepts` allows
-    it and both are on the same device; otherwise it starts a group. A value a group makes
-    and a later group (or the graph's outputs) reads becomes an output of the group (see
-    :func:`graphrt.onnx.emit.emit`).
+    it and both are on the same device; otherwise it starts a group. An elementwise or
+    broadcast step that joins a group also takes in its other producers' groups that are
+    elementwise or broadcast and whose values it alone reads (:func:`_absorb`): the two
+    ``dequantize`` steps of a QDQ residual add read two other nodes' outputs, and end in one
+    group with the add and its ``quantize``, as TVM's post-dominator rule has it. A value a
+    group makes and a later group (or the graph's outputs) reads becomes an output of the
+    group (see :func:`graphrt.onnx.emit.emit`).
     """
     groups: list[_Group] = []
     group_of: dict[str, int] = {}  # value -> index of the group that makes it
+    readers = Counter(v for step in b.steps for v in step.inputs)
+    readers.update(outputs)
     for index, step in enumerate(b.steps):
-        pattern = op_pattern(step.op)
+        pattern = op_pattern(step.op, step.attrs, [b.types[v] for v in step.inputs
+                                                   if v in b.types])  # not a sequence
         producers = [group_of[v] for v in step.inputs if v in group_of]
         target = max(producers) if producers else -1
         if target >= 0 and groups[target].device == step.device and _accepts(
                 groups[target], pattern):
+            if pattern <= Pattern.BROADCAST:
+                for other in sorted(set(producers) - {target}):
+                    _absorb(b, groups, target, other, step, readers, group_of)
             group = groups[target]
             group.steps.append(index)
             group.pattern = max(group.pattern, pattern)
@@ -266,4 +288,26 @@ def fuse_steps(b: Builder, outputs: Sequence[str]) -> list[list[int]]:
             groups.append(_Group([index], pattern, step.device))
         for value in step.outputs:
             group_of[value] = target
-    return [group.steps for group in groups]
+    return [group.steps for group in groups if group.steps]
+
+
+def _absorb(b: Builder, groups: list[_Group], target: int, other: int, step: ConvertedStep,
+            readers: Counter[str], group_of: dict[str, int]) -> None:
+    """Move group ``other``'s steps into group ``target`` (which ``step`` joins) when
+    ``other`` is elementwise or broadcast, on the same device, and ``step`` is the only
+    reader of every value it makes (no graph output among them).
+
+    The execution order stays valid: ``other`` was created before ``target`` (the latest
+    producer), so whatever it reads is made before ``target`` runs, and nothing between them
+    reads its values. The steps keep their order (their indices, a topological order)."""
+    group, taken = groups[target], groups[other]
+    made = [v for k in taken.steps for v in b.steps[k].outputs]
+    if (taken.pattern > Pattern.BROADCAST or taken.device != group.device
+            or len(group.steps) + len(taken.steps) >= MAX_GROUP
+            or any(readers[v] != step.inputs.count(v) for v in made)):
+        return
+    group.steps = sorted(group.steps + taken.steps)
+    group.pattern = max(group.pattern, taken.pattern)
+    taken.steps = []
+    for value in made:
+        group_of[value] = target

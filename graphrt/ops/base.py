@@ -106,6 +106,11 @@ class Direct:
     out_keyword: bool = False
 
 
+ElementwiseOf = Callable[[Any, Sequence[TensorType]], str | None]
+"""``elementwise_of(attrs, input_types)``: the elementwise expression of one step of an op
+that is elementwise only for some attributes and input types (a per-tensor ``quantize``), in
+the form of :attr:`OpDef.elementwise`; None where that step is not."""
+
 Bound = Callable[[Sequence[TensorType], Any], list[tuple[TensorType, dict[int, str]]]]
 """``bound(input_types, attrs)``: per output, its largest type and ``{axis: key}`` for each axis
 the input values decide (axes with one key have one length: ``unique``'s values, first indices
@@ -129,6 +134,9 @@ class OpDef:
         elementwise: for elementwise ops, the body of a cupy ElementwiseKernel over inputs
             ``in0, in1, ...`` producing ``out0`` (e.g. ``"in0 + in1"``), so chains of them fuse
             into one launch on cuda. None for other ops.
+        elementwise_of: for an op elementwise only for some attributes and input types, the
+            expression of one step (see :data:`ElementwiseOf`); ask :meth:`expression`, which
+            both fusers (conversion grouping and the providers' runs) use, so they agree.
         direct: the op as one array function of ``xp`` (see :class:`Direct`), or None.
         workspace: the scratch arrays of the reference (see :data:`Workspace`), or None for
             none.
@@ -147,6 +155,7 @@ class OpDef:
     data_dependent: tuple[bool, ...] = ()
     num_outputs: int | Callable[[Any], int] = 1
     elementwise: str | None = None
+    elementwise_of: ElementwiseOf | None = None
     direct: Direct | None = None
     workspace: Workspace | None = None
     bound: Bound | None = None
@@ -165,6 +174,14 @@ class OpDef:
             compute(xp, arrays[:n_inputs], arrays[n_inputs:], attrs)
 
         return call
+
+    def expression(self, attrs: Any, inputs: Sequence[TensorType]) -> str | None:
+        """The elementwise expression of a step of this op with ``attrs`` and input types
+        ``inputs``: :attr:`elementwise`, else what :attr:`elementwise_of` says for this step
+        (None: the step is not elementwise and fuses with nothing)."""
+        if self.elementwise is not None or self.elementwise_of is None:
+            return self.elementwise
+        return self.elementwise_of(attrs, inputs)
 
     def outputs_for(self, attrs: Any) -> int:
         """How many outputs the op makes with these attrs."""

@@ -32,6 +32,15 @@ it dequantizes); it only names the output type.
   ``nearest``, as ONNX's reference does; floats to the integer types truncate toward zero and
   wrap around, integers wrap around (two's complement), as numpy's casts do.
 
+A per-tensor ``quantize`` of float32 to int8, uint8, int16 or uint16 and a per-tensor
+``dequantize`` of those or int32 to float32 (a float32 scale, one value, and at most one zero
+point) are elementwise: :meth:`OpDef.expression <graphrt.ops.OpDef.expression>` gives each such
+step a C expression (:func:`quantize_expression`, :func:`dequantize_expression`) computing
+bitwise what the reference does, so conversion groups ``dequantize → add → quantize`` into one
+node and the cpu provider compiles it as one loop (:mod:`graphrt.kernels.cpu.loops`). Per-axis
+and blocked scales, float16 or float64 scales or precisions, and the low-precision types run
+the reference, unfused; so do all of them on cuda (not verified bitwise there yet).
+
 The low-precision types exist only where numpy and ml_dtypes do (cpu, sim): cupy has none, so
 ``cast_low_precision`` does not run on cuda.
 
@@ -56,8 +65,9 @@ from pydantic import Field
 from ..schema.dtypes import LOW_PRECISION
 from .base import Attrs, OpDef, OpError, TensorType, accumulator, normalize_axis, register_op
 
-__all__ = ["CastLowPrecisionAttrs", "DequantizeAttrs", "DynamicQuantizeAttrs", "QuantizeAttrs",
-           "cast_low_precision"]
+__all__ = ["FUSED_RANGES", "QUANT_EXPRESSIONS", "CastLowPrecisionAttrs", "DequantizeAttrs",
+           "DynamicQuantizeAttrs", "QuantizeAttrs", "cast_low_precision", "dequantize_expression",
+           "quantize_expression"]
 
 QuantDtype = Literal["int8", "uint8", "int16", "uint16", "int32", "int4", "uint4", "int2",
                      "uint2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
@@ -368,10 +378,86 @@ def _cast_low_precision(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                            round_mode=attrs.round_mode)
 
 
+# --------------------------------------------------------------------------------------------
+# Per-tensor quantize and dequantize as elementwise expressions
+
+FUSED_RANGES: dict[str, tuple[int, int]] = {
+    dtype: _range(dtype) for dtype in ("int8", "uint8", "int16", "uint16")}
+"""The quantized dtypes whose per-tensor ``quantize`` (to them) and ``dequantize`` (from them)
+are elementwise, with their ranges: ``dequantize`` from int32 is too (its difference is exact
+in int64 and rounds once to float32, as numpy's does); the low-precision types have no C type
+and float8 rounds in ml_dtypes."""
+_FUSED_DEQUANT_INPUTS = frozenset({*FUSED_RANGES, "int32"})
+
+
+def quantize_expression(dtype: str, zero_point: bool) -> str:
+    """The C expression of a per-tensor ``quantize`` of float32 ``in0`` by the float32 scale
+    ``in1`` (plus the zero point ``in2``) to ``dtype`` (a key of :data:`FUSED_RANGES`),
+    computed as :func:`_quantize` does: the division, rounding half to even, the zero point and
+    the clip in float32; NaN becomes 0, as numpy casts it (the C expression says so explicitly,
+    fminf would make it the range's low end).
+
+    Example:
+        >>> quantize_expression("uint8", True).split(" : ")[1]
+        'fminf(fmaxf(rintf(in0 / in1) + (float)in2, 0.0f), 255.0f)'
+    """
+    low, high = FUSED_RANGES[dtype]
+    zero = " + (float)in2" if zero_point else ""
+    return (f"in0 / in1 != in0 / in1 ? 0.0f : "
+            f"fminf(fmaxf(rintf(in0 / in1){zero}, {low}.0f), {high}.0f)")
+
+
+def dequantize_expression(zero_point: bool) -> str:
+    """The C expression of a per-tensor ``dequantize`` of integer ``in0`` by the float32 scale
+    ``in1`` (less the zero point ``in2``) to float32, as :func:`_dequantize` computes it: the
+    difference exact in 64-bit integers, rounded once to float32, multiplied in float32.
+
+    Example:
+        >>> dequantize_expression(False)
+        '(float)in0 * in1'
+    """
+    if zero_point:
+        return "(float)((long long)in0 - (long long)in2) * in1"
+    return "(float)in0 * in1"
+
+
+QUANT_EXPRESSIONS = frozenset({
+    *(quantize_expression(dtype, zero) for dtype in FUSED_RANGES for zero in (False, True)),
+    *(dequantize_expression(zero) for zero in (False, True))})
+"""Every expression a ``quantize`` or ``dequantize`` step can have (a provider that cannot
+compute them as the references do leaves such steps unfused)."""
+
+
+def _per_tensor(types: Sequence[TensorType], block_size: int) -> bool:
+    """One float32 scale (and at most one zero point) for the whole input."""
+    return (len(types) in (2, 3) and block_size == 0 and types[1].dtype == "float32"
+            and all(_single(t) for t in types[1:]))
+
+
+def _quantize_elementwise(attrs: QuantizeAttrs, types: Sequence[TensorType]) -> str | None:
+    """A per-tensor ``quantize`` of float32 (divided in float32) to an integer of
+    :data:`FUSED_RANGES` is elementwise; every other one runs its reference."""
+    if (not _per_tensor(types, attrs.block_size) or types[0].dtype != "float32"
+            or attrs.dtype not in FUSED_RANGES or attrs.precision not in (None, "float32")):
+        return None
+    return quantize_expression(attrs.dtype, len(types) == 3)
+
+
+def _dequantize_elementwise(attrs: DequantizeAttrs, types: Sequence[TensorType]
+                            ) -> str | None:
+    """A per-tensor ``dequantize`` of int8, uint8, int16, uint16 or int32 to float32 by a
+    float32 scale is elementwise; every other one runs its reference."""
+    if (not _per_tensor(types, attrs.block_size) or attrs.dtype != "float32"
+            or types[0].dtype not in _FUSED_DEQUANT_INPUTS):
+        return None
+    return dequantize_expression(len(types) == 3)
+
+
 register_op(OpDef(name="quantize", attrs=QuantizeAttrs, arity=None, infer=_infer_quantize,
-                  compute=_quantize))
+                  compute=_quantize, elementwise_of=_quantize_elementwise))
 register_op(OpDef(name="dequantize", attrs=DequantizeAttrs, arity=None,
-                  infer=_infer_dequantize, compute=_dequantize))
+                  infer=_infer_dequantize, compute=_dequantize,
+                  elementwise_of=_dequantize_elementwise))
 register_op(OpDef(name="dynamic_quantize", attrs=DynamicQuantizeAttrs, arity=1,
                   infer=_infer_dynamic_quantize, compute=_dynamic_quantize, num_outputs=3))
 register_op(OpDef(name="cast_low_precision", attrs=CastLowPrecisionAttrs, arity=1,
