@@ -182,6 +182,12 @@ def _scale_dtype(dtype: Any) -> np.dtype[Any]:
     return np.dtype(np.float32) if given.name == "float8_e8m0fnu" else given
 
 
+def _array(value: Any) -> Any:
+    """``value``, a 0-d array where numpy made a 0-d result a scalar (which takes no
+    ``out=``); every namespace's arrays as they are."""
+    return np.asarray(value) if isinstance(value, np.generic) else value
+
+
 def _infer_quantize(types: Sequence[TensorType], attrs: QuantizeAttrs, data: Sequence[Any]
                     ) -> list[TensorType]:
     if len(types) not in (2, 3):
@@ -206,7 +212,7 @@ def _quantize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     precision = np.dtype(attrs.precision) if attrs.precision else accumulator(
         np.result_type(x.dtype, _scale_dtype(scale.dtype)))
     s = _expand(xp, scale, x.shape, attrs.axis, attrs.block_size)
-    q = xp.divide(x.astype(precision), s.astype(precision))
+    q = _array(xp.divide(x.astype(precision), s.astype(precision)))
     work = accumulator(precision)  # integers up to 2**24 are exact: the sum and the clip
     q = q.astype(work, copy=False)
     integer = attrs.dtype not in _QUANT_FLOATS
@@ -247,7 +253,7 @@ def _dequantize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
     exact = np.float32 if x.dtype.name in _QUANT_FLOATS else np.int64  # holds x - zero
     if len(inputs) == 3 and x.dtype.name not in _FLOAT8:
         zero = _expand(xp, inputs[2], x.shape, attrs.axis, attrs.block_size)
-        diff = xp.subtract(x.astype(exact), zero.astype(exact)).astype(work)
+        diff = _array(xp.subtract(x.astype(exact), zero.astype(exact))).astype(work)
     else:
         diff = x.astype(work)
     s = _expand(xp, scale, x.shape, attrs.axis, attrs.block_size)

@@ -221,3 +221,80 @@ def test_a_model_quantized_by_onnxruntime_fuses_every_convolution(tmp_path: Any)
     for device in ("cpu", "sim"):
         (got,) = graphrt.from_onnx(model).create(device)(**feeds)
         np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=step * 2.001)
+
+
+def qdq_matmul(*, weight: bool = True, per_column: bool = True, relu: bool = False) -> Any:
+    """x (float) → Q → DQ → MatMul(·, DQ(w) or DQ(Q(x2))) → [Relu] → Q → DQ → y."""
+    rng = np.random.default_rng(3)
+    inits: dict[str, np.ndarray] = {
+        "s": np.array(0.04, np.float32), "z": np.array(120, np.uint8),
+        "y_scale": np.array(Y_SCALE, np.float32), "y_zero": np.array(100, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "s", "z"], ["x_f"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 40])]
+    if weight:
+        columns = (24,) if per_column else ()
+        inits["w_q"] = rng.integers(-63, 64, (40, 24)).astype(np.int8)
+        inits["w_scale"] = (rng.random(columns) * 0.01 + 0.002).astype(np.float32)
+        inits["w_zero"] = np.zeros(columns, np.int8)
+        nodes.append(helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w_f"],
+                                      axis=1))
+        out_shape = [2, 6, 24]
+    else:
+        inputs.append(helper.make_tensor_value_info("x2", TensorProto.FLOAT, [2, 40, 6]))
+        nodes += [helper.make_node("QuantizeLinear", ["x2", "s", "z"], ["x2_q"]),
+                  helper.make_node("DequantizeLinear", ["x2_q", "s", "z"], ["w_f"])]
+        out_shape = [2, 6, 6]
+    nodes.append(helper.make_node("MatMul", ["x_f", "w_f"], ["m"]))
+    last = "m"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["m"], ["r"]))
+        last = "r"
+    nodes += [helper.make_node("QuantizeLinear", [last, "y_scale", "y_zero"], ["y_q"]),
+              helper.make_node("DequantizeLinear", ["y_q", "y_scale", "y_zero"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq_matmul", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("form", [dict(), dict(per_column=False), dict(weight=False)],
+                         ids=["per-column", "per-tensor", "two-activations"])
+def test_a_matmul_between_qdq_pairs_is_qlinear_matmul(form: dict[str, Any],
+                                                      device: graphrt.Device) -> None:
+    model = qdq_matmul(**form)
+    bundle = graphrt.from_onnx(model)
+    assert "qlinear_matmul" in _ops(bundle) and "matmul" not in _ops(bundle)
+    rng = np.random.default_rng(8)
+    feeds = {"x": rng.standard_normal((2, 6, 40)).astype(np.float32)}
+    if not form.get("weight", True):
+        feeds["x2"] = rng.standard_normal((2, 40, 6)).astype(np.float32)
+    (got,) = bundle.create(device)(**feeds)
+    (unfused,) = graphrt.from_onnx(model, fuse=False).create(device)(**feeds)
+    (want,) = run_ort(model, feeds)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=Y_SCALE * 1.001)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(unfused), rtol=0,
+                               atol=Y_SCALE * 1.001)
+
+
+def test_a_matmul_with_a_relu_before_its_quantize_stays_float() -> None:
+    assert "qlinear_matmul" not in _ops(graphrt.from_onnx(qdq_matmul(relu=True)))
+
+
+def test_scalar_constants_quantize_and_dequantize_at_conversion() -> None:
+    """ONNX Runtime's quantizer wraps scalar constants (a division by sqrt(d)) in a Q/DQ
+    pair: folding them took numpy's 0-d results as arrays and failed."""
+    inits = [numpy_helper.from_array(np.array(8.0, np.float32), "c"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(3, np.uint8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["c", "s", "z"], ["c_q"]),
+             helper.make_node("DequantizeLinear", ["c_q", "s", "z"], ["c_f"]),
+             helper.make_node("Div", ["x", "c_f"], ["y"])]
+    graph = helper.make_graph(nodes, "scalar", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = np.array([1.0, 2.0, 4.0], np.float32)
+    (got,) = graphrt.from_onnx(model).create("cpu")(x=x)
+    np.testing.assert_allclose(np.asarray(got), x / 8.0, rtol=1e-6)
