@@ -1,5 +1,6 @@
-"""QDQ-format quantized models: a convolution between dequantize and quantize steps becomes
-the integer ``qlinear_conv`` (ONNX Runtime's QDQ fusion).
+"""QDQ-format quantized models: a convolution or a matrix product between dequantize and
+quantize steps becomes the integer ``qlinear_conv`` or ``qlinear_matmul`` (ONNX Runtime's QDQ
+fusion).
 
 A model quantized in the QDQ format (ONNX Runtime's ``quantize_static``, the default) keeps
 float operators and wraps them: ``DequantizeLinear`` of the 8-bit activation and of the 8-bit
@@ -14,11 +15,15 @@ into one ``qlinear_conv`` on the 8-bit values (its int32 sum requantized once), 
     dequantize(bq, xs·ws) ───┘
         ⇒ qlinear_conv(xq, xs, xz, wq, ws, wz, ys, yz, bq) ─ [maximum(·, yz)] ─→ yq
 
-What must hold, else the steps stay as they are: the weight (and bias) are constants made by
-a dequantize at conversion (the 8-bit weight is read back from that step, see
-:attr:`Builder.made <graphrt.onnx.builder.Builder.made>`); the activation's and the
-output's scales and zero points are constant and per tensor, the weight's per tensor or per
-output channel (``axis`` 0); the bias, if any, is int32 with zero point 0 and the scale
+Likewise ``dequantize(a) → matmul → quantize`` with ``b`` a dequantized activation (the
+attention's products) or a constant weight a dequantize made, per tensor or per column,
+becomes ``qlinear_matmul(aq, as, az, bq, bs, bz, ys, yz)`` (no relu between, no transposes).
+
+What must hold for a convolution, else the steps stay as they are: the weight (and bias)
+are constants made by a dequantize at conversion (the 8-bit weight is read back from that
+step, see :attr:`Builder.made <graphrt.onnx.builder.Builder.made>`); the activation's and
+the output's scales and zero points are constant and per tensor, the weight's per tensor or
+per output channel (``axis`` 0); the bias, if any, is int32 with zero point 0 and the scale
 ``xs * ws`` (within float32 rounding); the convolution's output is read by the quantize (or
 a relu read only by it) alone, is float32 and no graph output. A relu between becomes
 ``maximum(yq, yz)``: quantizing is monotone and maps 0 to ``yz``, so the two agree exactly.
@@ -71,9 +76,12 @@ def fuse_qdq(b: Builder, outputs: Sequence[str]) -> None:
     replaced: dict[int, list[ConvertedStep]] = {}  # id of the conv step → its replacement
     dropped: set[int] = set()
     for step in b.steps:
-        if step.op not in _CONVS:
+        if step.op in _CONVS:
+            found = _pattern(b, step, made_by, readers, outputs)
+        elif step.op == "matmul":
+            found = _matmul_pattern(b, step, made_by, readers, outputs)
+        else:
             continue
-        found = _pattern(b, step, made_by, readers, outputs)
         if found is None:
             continue
         new, removed = found
@@ -97,7 +105,7 @@ def _pattern(b: Builder, conv: ConvertedStep, made_by: dict[str, ConvertedStep],
     if len(conv.outputs) != 1 or len(conv.inputs) not in (2, 3):
         return None
     activation = _activation(b, made_by.get(conv.inputs[0]))
-    weight = _weight(b, b.made.get(conv.inputs[1]), conv)
+    weight = _weight(b, b.made.get(conv.inputs[1]), 3, False)
     if activation is None or weight is None:
         return None
     bias: list[str] = []
@@ -122,6 +130,37 @@ def _pattern(b: Builder, conv: ConvertedStep, made_by: dict[str, ConvertedStep],
     return [ConvertedStep("qlinear_conv", inputs, [summed], attrs, conv.source, conv.device),
             ConvertedStep("maximum", [summed, y_zero], [out], {}, relu.source, relu.device)
             ], removed
+
+
+def _matmul_pattern(b: Builder, matmul: ConvertedStep, made_by: dict[str, ConvertedStep],
+                    readers: dict[str, list[ConvertedStep]], outputs: Sequence[str]
+                    ) -> tuple[list[ConvertedStep], list[ConvertedStep]] | None:
+    """The ``qlinear_matmul`` replacing dequantize → matmul → quantize, and the steps it
+    replaces, or None: ``a`` a per-tensor dequantized activation, ``b`` one too or a constant
+    weight a dequantize made, per tensor or per column (``axis`` its last)."""
+    if matmul.attrs.get("transpose_a") or matmul.attrs.get("transpose_b"):
+        return None
+    if len(matmul.outputs) != 1 or len(matmul.inputs) != 2:
+        return None
+    a = _activation(b, made_by.get(matmul.inputs[0]))
+    right = matmul.inputs[1]
+    w = (_activation(b, made_by.get(right)) if not b.is_constant(right)
+         else _weight(b, b.made.get(right), 2, True))
+    if a is None or w is None:
+        return None
+    tail = _tail(b, matmul.outputs[0], readers, outputs)
+    if tail is None or tail[1] is not None:  # a relu between: left as it is
+        return None
+    quantize = tail[0]
+    inputs = [*a, *w, quantize.inputs[1], _zero(b, quantize)]
+    return [ConvertedStep("qlinear_matmul", inputs, [quantize.outputs[0]], {},
+                          matmul.source, matmul.device)], [quantize]
+
+
+def _scalar(b: Builder, name: str) -> str:
+    """A one-element constant as a 0-d one (others as they are)."""
+    value = b.constants[name]
+    return b.constant(value.reshape(())) if value.size == 1 and value.ndim else name
 
 
 def _per_tensor(b: Builder, name: str) -> bool:
@@ -155,31 +194,29 @@ def _activation(b: Builder, step: ConvertedStep | None) -> list[str] | None:
     return [step.inputs[0], step.inputs[1], _zero(b, step)]
 
 
-def _weight(b: Builder, step: ConvertedStep | None, conv: ConvertedStep) -> list[str] | None:
-    """``[wq, ws, wz]`` of the constant 8-bit weight a dequantize made, per tensor or per
-    output channel."""
+def _weight(b: Builder, step: ConvertedStep | None, rank: int, last: bool
+            ) -> list[str] | None:
+    """``[wq, ws, wz]`` of the constant 8-bit weight (of ``rank`` axes at least) a dequantize
+    made, per tensor or per slice along its first axis (a convolution's output channels) or
+    its ``last`` (a product's columns)."""
     if step is None or step.op != "dequantize" or not _plain(step):
         return None
     wq = step.inputs[0]
-    if not b.is_constant(wq) or b.dtype(wq) not in _INTS or len(b.shape(wq)) < 3:
+    if not b.is_constant(wq) or b.dtype(wq) not in _INTS or len(b.shape(wq)) < rank:
         return None
     if step.attrs.get("dtype", "float32") != "float32" or b.dtype(step.inputs[1]) != "float32":
         return None
-    channels = b.shape(wq)[0]
     params = step.inputs[1:]
     if not all(b.is_constant(p) for p in params):
         return None
-    sizes = {b.constants[p].size for p in params}
-    axis = step.attrs.get("axis", 1) % len(b.shape(wq))
-    if not (sizes == {1} or (axis == 0 and all(b.shape(p) == (channels,) for p in params))):
+    ndim = len(b.shape(wq))
+    along = ndim - 1 if last else 0
+    slices = b.shape(wq)[along]
+    per_slice = step.attrs.get("axis", 1) % ndim == along and all(
+        b.shape(p) == (slices,) for p in params)
+    if not (per_slice or {b.constants[p].size for p in params} == {1}):
         return None
-    scale = params[0]
-    if b.constants[scale].size == 1 and b.shape(scale) != ():
-        scale = b.constant(b.constants[scale].reshape(()))
-    zero = _zero(b, step)
-    if b.constants[zero].size == 1 and b.shape(zero) != ():
-        zero = b.constant(b.constants[zero].reshape(()))
-    return [wq, scale, zero]
+    return [wq, _scalar(b, params[0]), _scalar(b, _zero(b, step))]
 
 
 def _bias(b: Builder, step: ConvertedStep | None, x_scale: str, w_scale: str) -> str | None:

@@ -4,7 +4,9 @@
   depthwise one (a group per channel), with its ``+ residual`` / relu epilogue
   (:mod:`graphrt.kernels.cpu.conv`).
 - ``qlinear_conv``: the quantized convolution (2-D, one group or depthwise, static shapes) on
-  the float32 direct kernels, exact (:mod:`graphrt.kernels.cpu.qconv`).
+  the float32 direct kernels, exact (:mod:`graphrt.kernels.cpu.qconv`); ``qlinear_matmul``
+  (2-D and batched operands, per-tensor ``a``) as one exact float32 BLAS product
+  (:mod:`graphrt.kernels.cpu.qmatmul`).
 - ``max_pool``, ``max_pool2d``: the compiled max pool (float32, 2-D windows, no indices;
   :mod:`graphrt.kernels.cpu.pool`).
 - ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
@@ -48,6 +50,7 @@ from .jit import direct_conv, rows_call
 from .loops import fused_runs
 from .pool import max_pool_call
 from .qconv import qconv_call
+from .qmatmul import qmatmul_call
 
 __all__ = ["MAX_DIRECT_PIXELS", "SMALL_GEMM", "CpuProvider"]
 
@@ -61,7 +64,8 @@ plan keeps an offset per output pixel (8 bytes each, made at create())."""
 
 _CONVS = frozenset({"conv", "conv2d"})
 _GEMMS = frozenset({"dense", "matmul", "batch_matmul"})
-_OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "softmax", "layer_norm", "qlinear_conv"}
+_OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "softmax", "layer_norm", "qlinear_conv",
+                          "qlinear_matmul"}
 
 
 class CpuProvider:
@@ -101,6 +105,14 @@ class CpuProvider:
                 return None
             self.crew = True
             return Prepared(quantized.run, quantized.workspace, capturable=False,
+                            provider=self.name)
+        if name == "qlinear_matmul":
+            product = None if dynamic or epilogue else qmatmul_call(
+                inputs, outputs[0], op.positional(xp, attrs, len(inputs)))
+            if product is None:
+                return None
+            self.blas_gemms = True  # its product runs on BLAS
+            return Prepared(product.run, product.workspace, capturable=False,
                             provider=self.name)
         if name in _GEMMS:
             packed = None if dynamic else dense_call(

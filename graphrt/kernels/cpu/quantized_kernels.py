@@ -1,7 +1,8 @@
-"""Compiled (numba) passes around the quantized convolution on the host
-(:mod:`graphrt.kernels.cpu.qconv`): the data's 8-bit integers minus their zero point as
-float32, the exact float32 sums of a chunk of input channels added into int32, and the
-requantization of the int32 sums into 8-bit integers.
+"""Compiled (numba) passes around the quantized convolution and matrix product on the host
+(:mod:`graphrt.kernels.cpu.qconv`, :mod:`graphrt.kernels.cpu.qmatmul`): the data's 8-bit
+integers minus their zero point as float32, the exact float32 sums of a chunk of input
+channels added into int32, and the requantization of the sums into 8-bit integers (per
+output channel of a convolution, per column of a product).
 
 Imported only through :func:`graphrt.kernels.cpu.jit.quantized_kernels` (None without numba).
 
@@ -34,7 +35,7 @@ from numba import types
 
 from .job_protocol import JOBS, claim, done, finish, ring
 
-__all__ = ["add_exact", "requantize", "shifted"]
+__all__ = ["add_exact", "requantize", "requantize_columns", "shifted"]
 
 _INTS = (types.uint8, types.int8)
 _I64 = types.int64
@@ -127,5 +128,34 @@ def requantize(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray, zero: 
             for p in range(length):
                 v = np.rint((np.float64(src[p]) + b) * m + zero)
                 dest[p] = min(max(v, low), high)
+        done(counters, 0, end - begin)
+    return finish(counters, total, bell, caller, call, spins)
+
+
+@numba.njit([types.boolean(_flat(types.float32, True), _flat(types.float64, True),
+                           types.float64, types.float64, types.float64, _I64, _flat(t), *JOBS)
+             for t in _INTS], cache=True, nogil=True)
+def requantize_columns(acc: np.ndarray, multiplier: np.ndarray, zero: float, low: float,
+                       high: float, columns: int, out: np.ndarray, counters: np.ndarray,
+                       grain: int, bell: np.ndarray, caller: bool, call: int, spins: int
+                       ) -> bool:
+    """A job function, one job per row: ``out = clip(rint(acc * multiplier + zero), low,
+    high)`` in float64, ``acc`` and ``out`` ``[rows, columns]`` flattened, ``multiplier``
+    per column or one value (a quantized matrix product's requantization)."""
+    if caller:
+        ring(bell)
+    total = acc.shape[0] // columns if columns else 0
+    per_column = multiplier.shape[0] > 1
+    while True:
+        begin, end = claim(counters, 0, grain, total)
+        if begin >= end:
+            break
+        for row in range(begin, end):
+            src = acc[row * columns:(row + 1) * columns]
+            dest = out[row * columns:(row + 1) * columns]
+            for n in range(columns):
+                m = multiplier[n] if per_column else multiplier[0]
+                v = np.rint(np.float64(src[n]) * m + zero)
+                dest[n] = min(max(v, low), high)
         done(counters, 0, end - begin)
     return finish(counters, total, bell, caller, call, spins)
