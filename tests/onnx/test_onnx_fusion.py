@@ -143,6 +143,24 @@ def test_a_reduction_closes_its_group_and_the_reused_value_becomes_an_extra_outp
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_an_elementwise_step_takes_in_the_groups_whose_values_it_alone_reads() -> None:
+    """exp(x) and exp(y) are groups of their own until the add reads both: it joins the
+    latest and takes in the other (TVM's post-dominator rule); a group whose value another
+    step also reads stays apart."""
+    b = Builder()
+    x, z = (b.input(n, TensorType((3,), "float32")) for n in ("x", "z"))
+    (ex,) = b.op("exp", [x])
+    (ez,) = b.op("exp", [z])
+    (y,) = b.op("add", [ex, ez])
+    assert [[b.steps[i].op for i in g] for g in fuse_steps(b, [y])] == [["exp", "exp", "add"]]
+    xv, zv = f32(3), f32(3)
+    (got,) = run(lower(b, [y]), x=xv, z=zv)
+    np.testing.assert_allclose(got, np.exp(xv) + np.exp(zv), rtol=1e-6)
+    (w,) = b.op("tanh", [ex])  # ex is read twice now: its group stays its own
+    assert [[b.steps[i].op for i in g] for g in fuse_steps(b, [y, w])] == [
+        ["exp"], ["exp", "add"], ["tanh"]]
+
+
 def test_groups_are_capped() -> None:
     b = Builder()
     v = b.input("x", TensorType((3,), "float32"))
