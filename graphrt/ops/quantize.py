@@ -413,23 +413,27 @@ def quantize_expression(dtype: str, zero_point: bool) -> str:
             f"fminf(fmaxf(rintf(in0 / in1){zero}, {low}.0f), {high}.0f)")
 
 
-def dequantize_expression(zero_point: bool) -> str:
+def dequantize_expression(zero_point: bool, wide: bool = False) -> str:
     """The C expression of a per-tensor ``dequantize`` of integer ``in0`` by the float32 scale
     ``in1`` (less the zero point ``in2``) to float32, as :func:`_dequantize` computes it: the
-    difference exact in 64-bit integers, rounded once to float32, multiplied in float32.
+    difference exact (in 32-bit integers for 8- and 16-bit inputs, whose conversion to float
+    vectorizes; in 64-bit ones for ``wide`` int32 inputs), rounded once to float32,
+    multiplied in float32.
 
     Example:
-        >>> dequantize_expression(False)
-        '(float)in0 * in1'
+        >>> dequantize_expression(True)
+        '(float)((int)in0 - (int)in2) * in1'
     """
-    if zero_point:
+    if not zero_point:
+        return "(float)in0 * in1"
+    if wide:
         return "(float)((long long)in0 - (long long)in2) * in1"
-    return "(float)in0 * in1"
+    return "(float)((int)in0 - (int)in2) * in1"
 
 
 QUANT_EXPRESSIONS = frozenset({
     *(quantize_expression(dtype, zero) for dtype in FUSED_RANGES for zero in (False, True)),
-    *(dequantize_expression(zero) for zero in (False, True))})
+    *(dequantize_expression(zero, wide) for zero in (False, True) for wide in (False, True))})
 """Every expression a ``quantize`` or ``dequantize`` step can have (a provider that cannot
 compute them as the references do leaves such steps unfused)."""
 
@@ -456,7 +460,7 @@ def _dequantize_elementwise(attrs: DequantizeAttrs, types: Sequence[TensorType]
     if (not _per_tensor(types, attrs.block_size) or attrs.dtype != "float32"
             or types[0].dtype not in _FUSED_DEQUANT_INPUTS):
         return None
-    return dequantize_expression(len(types) == 3)
+    return dequantize_expression(len(types) == 3, types[0].dtype == "int32")
 
 
 register_op(OpDef(name="quantize", attrs=QuantizeAttrs, arity=None, infer=_infer_quantize,

@@ -114,10 +114,11 @@ def qmatmul_call(inputs: Sequence[TensorType], out: TensorType,
             np.matmul(a_float, weight, out=part)
         multiplier = np.asarray(np.divide(np.multiply(as_.reshape(()), bs), ys.reshape(())),
                                 np.float64).reshape(-1)
-        rows = part.size // columns
-        run_jobs(passes.requantize_columns, part.size >= 1 << 15, (
+        # on the calling thread: helper threads spinning after it would take the cores the
+        # next product's BLAS threads need (a quantized BERT ran its products 3x slower)
+        run_jobs(passes.requantize_columns, False, (
             part.reshape(-1), multiplier, float(yz.reshape(-1)[0]), low, high, columns,
-            target.reshape(-1), np.zeros(2, np.int64), max(1, min(64, rows // 16))))
+            target.reshape(-1), np.zeros(2, np.int64), part.size // columns))
 
     return QMatmulCall(run, workspace)
 

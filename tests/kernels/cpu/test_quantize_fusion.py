@@ -316,3 +316,28 @@ def test_every_expression_has_a_cpu_form_and_cuda_leaves_them_unfused() -> None:
     steps = [(dq, ("q", "s"), ("a",)), ("in0 + in1", ("a", "a"), ("y",))]
     types = {"q": u8, "s": one, "a": f32, "y": f32}
     assert CudaProvider().fuse(steps, {"y"}, types, dynamic=False, xp=None) == []
+
+
+@pytest.mark.parametrize("zero", [True, False], ids=["zero_point", "none"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_quantize_dequantize_pair_inside_a_loop_skips_the_integer_round_trip(
+        dtype: str, zero: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """x → Q → DQ → erf → Q → DQ (a QDQ GELU's shape): the dequantize reads its quantize's
+    float value in the loop (no integer conversion), bitwise the numpy paths."""
+    scale = np.array(0.0371 if dtype.endswith("8") else 0.000371, np.float32)
+    point = _zero(dtype, zero, 0.5)
+    consts = {"s": scale, **({"z": point} if point is not None else {})}
+    z = "z" if point is not None else None
+    nodes = [_q("x", "s", z, "q0", dtype), _dq("q0", "s", z, "d0"),
+             helper.make_node("Erf", ["d0"], ["e"]),
+             _q("e", "s", z, "q1", dtype), _dq("q1", "s", z, "y")]
+    x = (RNG.standard_normal(SHAPE) * 3).astype(np.float32)
+    x.flat[:4] = scale * np.float32([0.5, 1.5, -2.5, 1e9])  # ties, and one saturating
+    model = _model(nodes, {"x": x}, {"y": "float32"}, consts)
+    module = graphrt.from_onnx(model).create(graphrt.cpu(0))
+    assert _compiled_loops(module) == 1
+    source = "\n".join(path.read_text() for path in loops.cache_dir().glob("*.py"))
+    assert "_float32(t0f)" in source  # the dequantize reads the float value
+    fused, others = _paths(model, {"x": x}, monkeypatch)
+    for other in others:
+        np.testing.assert_array_equal(fused.view(np.uint8), other.view(np.uint8))
