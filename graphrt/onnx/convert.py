@@ -262,7 +262,7 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
         generalize(points, [(built_b, outs) for built_b, outs, _ in built], bounds)
     device_types = check_devices(devices)
     kinds = device_types or ["cpu"]
-    if fuse:
+    if fuse and "cuda" not in kinds:  # on cuda, cuDNN's float convolutions are the fast path
         fuse_qdq(b, outputs)
         fold_batch_norms(b, outputs)
     labels = {node.label: (node.op_type, node.name) for node in loaded.nodes}

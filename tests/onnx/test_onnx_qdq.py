@@ -298,3 +298,12 @@ def test_scalar_constants_quantize_and_dequantize_at_conversion() -> None:
     x = np.array([1.0, 2.0, 4.0], np.float32)
     (got,) = graphrt.from_onnx(model).create("cpu")(x=x)
     np.testing.assert_allclose(np.asarray(got), x / 8.0, rtol=1e-6)
+
+
+def test_a_model_converted_for_cuda_keeps_its_float_convolutions() -> None:
+    """The integer ops have no cuda kernel but their reference; cuDNN's float
+    convolutions are the fast path there."""
+    model = qdq_conv()
+    assert "qlinear_conv" in _ops(graphrt.from_onnx(model, devices=["cpu"]))
+    bundle = graphrt.from_onnx(model, devices=["cuda", "cpu"])
+    assert "qlinear_conv" not in _ops(bundle) and "conv2d" in _ops(bundle)
