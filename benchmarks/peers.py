@@ -153,15 +153,20 @@ def quantized(model: Any, feeds: Mapping[str, np.ndarray]) -> Any:
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.batches, None)
 
-    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice on every tensor
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantizer's advice on every tensor (restored below)
     with tempfile.TemporaryDirectory() as folder:
         source, prepared, target = (os.path.join(folder, f"{n}.onnx")
                                     for n in ("float", "prepared", "int8"))
         onnx.save(model, source)
-        quant_pre_process(source, prepared)
-        quantize_static(prepared, target, Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True, reduce_range=True, activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8)
+        try:
+            quant_pre_process(source, prepared)
+            quantize_static(prepared, target, Reader(), quant_format=QuantFormat.QDQ,
+                            per_channel=True, reduce_range=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        finally:
+            root.setLevel(level)
         return onnx.load(target)
 
 

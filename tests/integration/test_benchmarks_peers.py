@@ -23,7 +23,8 @@ pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "peers.py"
-WORKLOADS = ["chain", "mlp", "resnet18", "branches", "resnet50", "mobilenet_v2", "bert"]
+WORKLOADS = ["chain", "mlp", "resnet18", "branches", "resnet50", "mobilenet_v2", "bert",
+             "resnet18_int8"]
 
 
 def run_quick(tmp_path: Path, *args: str, hide_numba: bool = False
@@ -52,7 +53,10 @@ def test_every_workload_runs_and_agrees_with_onnxruntime(tmp_path: Path) -> None
         ("mlp", 1), ("mlp", 2)}
     for r in rows:
         assert "error" not in r, r
-        assert r["rel_err_graphrt"] < 1e-3 and r["rel_err_numpy"] < 1e-3, r
+        if r["workload"] == "resnet18_int8":  # against ORT's int8 model; the floor is float32
+            assert r["rel_err_graphrt"] < 0.01 and "(numpy column: graphrt's float32" in stdout
+        else:
+            assert r["rel_err_graphrt"] < 1e-3 and r["rel_err_numpy"] < 1e-3, r
         for key in ("graphrt_ms", "ort_ms", "numpy_ms", "ratio_ort", "ratio_numpy",
                     "graphrt_cold_ms", "ort_cold_ms", "ratio_ort_cold", "convert_s",
                     "create_s", "target"):

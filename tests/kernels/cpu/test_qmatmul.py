@@ -124,8 +124,6 @@ def test_a_bert_encoder_quantized_by_onnxruntime_runs_its_products_as_qlinear_ma
         tmp_path: Any) -> None:
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
-    import logging
-
     from onnx_harness import run_ort
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -153,7 +151,6 @@ def test_a_bert_encoder_quantized_by_onnxruntime_runs_its_products_as_qlinear_ma
 
     source, target = tmp_path / "float.onnx", tmp_path / "int8.onnx"
     onnx.save(model, str(source))
-    logging.getLogger().setLevel(logging.ERROR)
     quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ,
                     per_channel=True, reduce_range=True, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
