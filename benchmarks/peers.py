@@ -161,7 +161,7 @@ def quantized(model: Any, feeds: Mapping[str, np.ndarray]) -> Any:
                                     for n in ("float", "prepared", "int8"))
         onnx.save(model, source)
         try:
-            quant_pre_process(source, prepared)
+            quant_pre_process(source, prepared, skip_symbolic_shape=True)  # (needs no sympy)
             quantize_static(prepared, target, Reader(), quant_format=QuantFormat.QDQ,
                             per_channel=True, reduce_range=True,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
