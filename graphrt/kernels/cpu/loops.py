@@ -11,7 +11,7 @@ Operands are read as the output's flat index (same shape), one value (size 1), o
 of a two-level loop (a trailing or a leading block of the output's axes); other broadcasts
 leave the run unfused. Every step's result is cast to its dtype, so ``+ - * /`` in float32
 are bitwise what numpy computes; the transcendental functions compute in float64 and round
-once (erf of float32 by a rational approximation accurate to 1.1 float32 ulps, which
+once (erf of float32 by a rational approximation accurate to 1.6 float32 ulps, which
 vectorizes, where libm's erf is a call per element; docs/performance.md). float16
 and bfloat16 runs stay on the numpy path. A long stretch of steps that each combine the
 previous result with one value (a chain of Add/Mul with constants) runs as an inner loop over
@@ -390,26 +390,29 @@ import math as _math
 import numba as _numba
 import numpy as _np
 
+from graphrt.kernels.cpu.fused_math import muladd as _muladd
+
 _frombuffer = _np.frombuffer
 _f64 = _np.float64
 
 
 @_numba.njit(inline="always", cache=True)
 def _erf32(x):
-    # erf to float32 accuracy (|error| < 6.5e-8, under 1.1 float32 ulps): Eigen's rational
-    # approximation on [-4, 4], in float64. It vectorizes; libm's erf is a call per element.
+    # erf to float32 accuracy (|error| under 1.6 float32 ulps): Eigen's rational
+    # approximation on [-4, 4], in float64, its polynomials in fused multiply-adds. It
+    # vectorizes; libm's erf is a call per element.
     x = min(max(x, -4.0), 4.0)
     x2 = x * x
-    p = x2 * -2.72614225801306e-10 + 2.77068142495902e-08
-    p = x2 * p - 2.10102402082508e-06
-    p = x2 * p - 5.69250639462346e-05
-    p = x2 * p - 7.34990630326855e-04
-    p = x2 * p - 2.95459980854025e-03
-    p = x2 * p - 1.60960333262415e-02
-    q = x2 * -1.45660718464996e-05 - 2.13374055278905e-04
-    q = x2 * q - 1.68282697438203e-03
-    q = x2 * q - 7.37332916720468e-03
-    q = x2 * q - 1.42647390514189e-02
+    p = _muladd(x2, -2.72614225801306e-10, 2.77068142495902e-08)
+    p = _muladd(x2, p, -2.10102402082508e-06)
+    p = _muladd(x2, p, -5.69250639462346e-05)
+    p = _muladd(x2, p, -7.34990630326855e-04)
+    p = _muladd(x2, p, -2.95459980854025e-03)
+    p = _muladd(x2, p, -1.60960333262415e-02)
+    q = _muladd(x2, -1.45660718464996e-05, -2.13374055278905e-04)
+    q = _muladd(x2, q, -1.68282697438203e-03)
+    q = _muladd(x2, q, -7.37332916720468e-03)
+    q = _muladd(x2, q, -1.42647390514189e-02)
     return x * p / q
 
 
