@@ -44,9 +44,10 @@ GEOMETRIES = [
     ((1, 8, 11, 9), (17, 8, 3, 2), (2, 1), (2, 1, 0, 1), (2, 1)),  # strided, dilated, uneven
     ((1, 24, 3, 2), (16, 24, 3, 3), (1, 1), (2, 0, 0, 2), (1, 1)),  # pads wider than the data
     ((1, 12, 5, 6), (16, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 12 channels: planes
-    # pointwise (1x1, no padding): 6 channels x 16 pixels a tile
-    ((2, 7, 5, 7), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # channel and pixel tails
-    ((1, 40, 8, 8), (12, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # whole tiles only
+    # pointwise (1x1, no padding, more than SMALL_PLANE pixels): 6 channels x 16 pixels a tile
+    ((2, 7, 15, 15), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # channel and pixel tails
+    ((1, 40, 16, 16), (12, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # whole tiles only
+    ((2, 7, 5, 7), (13, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # a small plane: direct
     ((3, 9, 9, 10), (20, 9, 1, 1), (2, 3), (0, 0, 0, 0), (1, 1)),  # strided: copied
     ((1, 3, 2, 2), (1, 3, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # less than a tile
 ]
@@ -183,7 +184,10 @@ def test_the_plan_uses_the_gemm_path_where_the_direct_kernel_does_not_apply() ->
                          direct)
 
     assert isinstance(plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4)).direct, DirectPlan)
-    assert isinstance(plan((1, 4, 6, 6), (16, 4, 1, 1), (1, 16, 6, 6)).direct, PointwisePlan)
+    assert isinstance(plan((1, 4, 16, 16), (16, 4, 1, 1), (1, 16, 16, 16)).direct,
+                      PointwisePlan)
+    # a 1x1 of stride 1 onto a small plane: the direct kernel's tiles fit it better
+    assert isinstance(plan((1, 4, 6, 6), (16, 4, 1, 1), (1, 16, 6, 6)).direct, DirectPlan)
     assert isinstance(plan((1, 4, 6, 6), (16, 4, 1, 1), (1, 16, 8, 8), direct=True).direct,
                       DirectPlan)  # padded 1x1 (the begin pads are 0 here: ends only)
     assert plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), direct=False).direct is None
