@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,8 @@ pytest.importorskip("numba")
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-          ) -> Iterator[Path]:
-    folder = tmp_path_factory.getbasetemp() / "graphrt-cache"  # shared: compile once
-    monkeypatch.setenv("GRAPHRT_CACHE_DIR", str(folder))
-    monkeypatch.delenv("GRAPHRT_JIT", raising=False)
-    yield folder
+def cache(loop_cache: Path) -> Path:
+    return loop_cache
 
 
 def _function(body: list[tuple[str, list[str], str]], inputs: list[str]) -> Any:

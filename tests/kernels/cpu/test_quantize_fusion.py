@@ -6,7 +6,6 @@ of ONNX Runtime; per-axis ones stay unfused and correct."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +28,8 @@ SHAPE = (2, 3, 16, 17)
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-          ) -> Iterator[Path]:
-    folder = tmp_path_factory.getbasetemp() / "graphrt-cache"  # shared: compile once
-    monkeypatch.setenv("GRAPHRT_CACHE_DIR", str(folder))
-    monkeypatch.delenv("GRAPHRT_JIT", raising=False)
-    yield folder
+def cache(loop_cache: Path) -> Path:
+    return loop_cache
 
 
 # -- models ---------------------------------------------------------------------------------
