@@ -67,7 +67,7 @@ from .base import Attrs, OpDef, OpError, TensorType, accumulator, normalize_axis
 
 __all__ = ["FUSED_RANGES", "QUANT_EXPRESSIONS", "CastLowPrecisionAttrs", "DequantizeAttrs",
            "DynamicQuantizeAttrs", "QuantizeAttrs", "cast_low_precision", "dequantize_expression",
-           "quantize_expression"]
+           "int_range", "quantize_expression"]
 
 QuantDtype = Literal["int8", "uint8", "int16", "uint16", "int32", "int4", "uint4", "int2",
                      "uint2", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
@@ -169,7 +169,7 @@ def _expand(xp: Any, value: Any, shape: tuple[int, ...], axis: int, block_size: 
     return full[tuple(slice(0, shape[a]) if i == a else slice(None) for i in range(len(shape)))]
 
 
-def _range(dtype: str) -> tuple[int, int]:
+def int_range(dtype: str) -> tuple[int, int]:
     """The smallest and the largest value of an integer dtype (ml_dtypes' for int4, ...)."""
     info = (ml_dtypes.iinfo(dtype) if dtype in _LOW_INTS  # type: ignore[no-untyped-call]
             else np.iinfo(np.dtype(dtype)))
@@ -222,7 +222,7 @@ def _quantize(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         zero = _expand(xp, inputs[2].astype(work), x.shape, attrs.axis, attrs.block_size)
         xp.add(q, zero, out=q)
     if integer:
-        xp.clip(q, *_range(attrs.dtype), out=q)
+        xp.clip(q, *int_range(attrs.dtype), out=q)
         out[...] = q
     else:  # the conversion rounds to nearest even
         cast_low_precision(xp, q, out, saturate=attrs.saturate)
@@ -388,7 +388,7 @@ def _cast_low_precision(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 # Per-tensor quantize and dequantize as elementwise expressions
 
 FUSED_RANGES: dict[str, tuple[int, int]] = {
-    dtype: _range(dtype) for dtype in ("int8", "uint8", "int16", "uint16")}
+    dtype: int_range(dtype) for dtype in ("int8", "uint8", "int16", "uint16")}
 """The quantized dtypes whose per-tensor ``quantize`` (to them) and ``dequantize`` (from them)
 are elementwise, with their ranges: ``dequantize`` from int32 is too (its difference is exact
 in int64 and rounds once to float32, as numpy's does); the low-precision types have no C type

@@ -54,6 +54,7 @@ import numpy as np
 from ...devices.frozen import derived
 from ...ops import TensorType
 from ...ops.convolution import ConvAttrs, per_axis
+from ...ops.quantize import int_range
 from .conv import (
     DepthwisePlan,
     DirectPlan,
@@ -67,7 +68,7 @@ from .conv import (
 from .crew import run_jobs
 from .jit import direct_conv, quantized_kernels
 
-__all__ = ["EXACT", "QConvCall", "qconv_call"]
+__all__ = ["EXACT", "QConvCall", "qconv_call", "span"]
 
 EXACT = 1 << 24
 """Integers float32 holds exactly: a bound on every partial sum of one chunk."""
@@ -129,30 +130,30 @@ class _Chunks:
     packed: tuple[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None, ...]
 
 
-def _chunk_size(magnitudes: np.ndarray[Any, Any], span: int) -> int | None:
+def _chunk_size(magnitudes: np.ndarray[Any, Any], reach: int) -> int | None:
     """The most input channels per chunk (a divisor of all of them) for which every output
-    channel's ``sum(|w - w_zero|)`` over a chunk times ``span`` stays below :data:`EXACT`;
+    channel's ``sum(|w - w_zero|)`` over a chunk times ``reach`` stays below :data:`EXACT`;
     None if even one channel breaks it. ``magnitudes``: ``[O, C]`` sums over the taps."""
     channels = magnitudes.shape[1]
     for count in sorted((d for d in range(1, channels + 1) if channels % d == 0),
                         reverse=True):
         sums = magnitudes.reshape(magnitudes.shape[0], channels // count, count).sum(axis=2)
-        if int(sums.max(initial=0)) * span < EXACT:
+        if int(sums.max(initial=0)) * reach < EXACT:
             return count
     return None
 
 
 def _chunks(kernels: ModuleType, shape: _Shape, weight: np.ndarray[Any, Any],
-            zero: np.ndarray[Any, Any], span: int) -> _Chunks | None:
+            zero: np.ndarray[Any, Any], reach: int) -> _Chunks | None:
     """The chunks of ``weight`` (an 8-bit ``[O, C/G, kh, kw]``) for data whose values lie
-    within ``span`` of their zero point; None where no chunking keeps the sums exact."""
+    within ``reach`` of their zero point; None where no chunking keeps the sums exact."""
     o = weight.shape[0]
     centered = weight.astype(np.int32) - zero.astype(np.int32).reshape(-1, 1, 1, 1)
     magnitudes = np.abs(centered).reshape(o, weight.shape[1], -1).sum(axis=2, dtype=np.int64)
     if shape.depthwise:
-        count = shape.x[1] if int(magnitudes.max(initial=0)) * span < EXACT else None
+        count = shape.x[1] if int(magnitudes.max(initial=0)) * reach < EXACT else None
     else:
-        count = _chunk_size(magnitudes, span)
+        count = _chunk_size(magnitudes, reach)
     if count is None:
         return None
     geometry = shape.chunk_geometry(count)
@@ -205,18 +206,16 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
                  TensorType((sums,), "float32"),
                  TensorType((sums if taps > _TAPS and not depthwise else 0,), "int32"))
     n_in = len(inputs)
-    lowest, highest = (int(v) for v in _range(x.dtype))
-    low, high = (float(v) for v in _range(out.dtype))
+    low, high = (float(v) for v in int_range(out.dtype))
 
     def run(*arrays: Any) -> None:
         xq, xs, xz, wq, ws, wz, ys, yz = arrays[:8]
         bias = arrays[8] if n_in == 9 else None
         target, data, padded, part, acc = arrays[n_in:]
-        zero = int(xz.reshape(-1)[0])
-        span = max(zero - lowest, highest - zero)
-        chunks = derived(wq, ("qlinear_conv", wz.tobytes(), wz.shape, span),
+        zero, reach = int(xz.reshape(-1)[0]), span(xz)
+        chunks = derived(wq, ("qlinear_conv", wz.tobytes(), wz.shape, reach),
                          lambda: _chunks(kernels, shape, np.asarray(wq),
-                                         np.asarray(wz).reshape(-1), span))
+                                         np.asarray(wz).reshape(-1), reach))
         if chunks is None or (len(chunks.floats) > 1 and acc.size == 0):
             reference(*arrays[:n_in], target)
             return
@@ -249,9 +248,12 @@ def _grain(planes: int) -> int:
     return max(1, min(16, planes // 16))
 
 
-def _range(dtype: str) -> tuple[int, int]:
-    info = np.iinfo(np.dtype(dtype))
-    return int(info.min), int(info.max)
+def span(zero: np.ndarray[Any, Any]) -> int:
+    """The largest ``|x - zero|`` over the 8-bit dtype of the zero points ``zero`` (one, or
+    one per channel: the largest over them)."""
+    low, high = int_range(str(zero.dtype))
+    zeros = zero.reshape(-1).astype(np.int64)
+    return max(int(zeros.max(initial=low)) - low, high - int(zeros.min(initial=high)))
 
 
 def _sum_chunks(kernels: ModuleType, passes: ModuleType, shape: _Shape, chunks: _Chunks,

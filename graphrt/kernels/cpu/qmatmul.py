@@ -34,9 +34,10 @@ import numpy as np
 
 from ...devices.frozen import derived, is_frozen
 from ...ops import TensorType
+from ...ops.quantize import int_range
 from .crew import run_jobs
 from .jit import quantized_kernels
-from .qconv import EXACT
+from .qconv import EXACT, span
 
 __all__ = ["QMatmulCall", "qmatmul_call"]
 
@@ -50,26 +51,13 @@ class QMatmulCall:
     workspace: tuple[TensorType, ...]
 
 
-def _range(dtype: Any) -> tuple[int, int]:
-    info = np.iinfo(np.dtype(dtype))
-    return int(info.min), int(info.max)
-
-
-def _span(values: np.ndarray[Any, Any]) -> int:
-    """The largest ``|x - zero|`` of 8-bit values of ``values``'s dtype around its one zero
-    point."""
-    low, high = _range(values.dtype)
-    zero = int(values.reshape(-1)[0])
-    return max(zero - low, high - zero)
-
-
-def _weight(b: np.ndarray[Any, Any], zero: np.ndarray[Any, Any], span: int
+def _weight(b: np.ndarray[Any, Any], zero: np.ndarray[Any, Any], reach: int
             ) -> np.ndarray[Any, Any] | None:
-    """``b - zero`` as float32 where every column's sums stay exact for data within ``span``
+    """``b - zero`` as float32 where every column's sums stay exact for data within ``reach``
     of its zero point; None where one could pass 2**24."""
     centered = b.astype(np.int32) - zero.astype(np.int32)
     sums = np.abs(centered).sum(axis=-2, dtype=np.int64)
-    if int(sums.max(initial=0)) * span >= EXACT:
+    if int(sums.max(initial=0)) * reach >= EXACT:
         return None
     floats: np.ndarray[Any, Any] = centered.astype(np.float32)
     return floats
@@ -91,15 +79,15 @@ def qmatmul_call(inputs: Sequence[TensorType], out: TensorType,
     workspace = (TensorType(a.shape, "float32"), TensorType(b.shape, "float32"),
                  TensorType(work, "float32"))
     depth = a.shape[-1]
-    low, high = (float(v) for v in _range(out.dtype))
+    low, high = (float(v) for v in int_range(out.dtype))
 
     def run(*arrays: Any) -> None:
         aq, as_, az, bq, bs, bz, ys, yz, target, a_float, b_float, part = arrays
-        span = _span(az)
+        reach = span(az)
         if is_frozen(bq):
-            weight = derived(bq, ("qlinear_matmul", bz.tobytes(), bz.shape, span),
-                             lambda: _weight(np.asarray(bq), np.asarray(bz), span))
-        elif depth * span * _span_of(bq, bz) < EXACT:
+            weight = derived(bq, ("qlinear_matmul", bz.tobytes(), bz.shape, reach),
+                             lambda: _weight(np.asarray(bq), np.asarray(bz), reach))
+        elif depth * reach * span(bz) < EXACT:
             np.subtract(bq, bz, out=b_float, dtype=np.float32)  # exact: 8-bit integers
             weight = b_float
         else:
@@ -121,11 +109,3 @@ def qmatmul_call(inputs: Sequence[TensorType], out: TensorType,
             target.reshape(-1), np.zeros(2, np.int64), part.size // columns))
 
     return QMatmulCall(run, workspace)
-
-
-def _span_of(values: np.ndarray[Any, Any], zero: np.ndarray[Any, Any]) -> int:
-    """The largest ``|x - zero|`` over ``values``'s dtype for the largest of its zero
-    points (one per column, or one)."""
-    low, high = _range(values.dtype)
-    zeros = zero.reshape(-1).astype(np.int64)
-    return int(max(int(zeros.max(initial=low)) - low, high - int(zeros.min(initial=high))))
