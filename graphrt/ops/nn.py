@@ -15,7 +15,10 @@ Layouts and conventions:
 * ``conv2d``: weight ``[O, C/groups, KH, KW]`` (OIHW). Runs the N-d ``conv`` kernel
   (:class:`graphrt.ops.convolution.ConvPlan`): im2col into a workspace the executor plans
   and one GEMM over the batch (or one per large image), 1x1 convolutions without im2col,
-  depthwise ones as shifted multiply-adds, the bias added in place.
+  depthwise ones as shifted multiply-adds, the bias added in place. Its data and output may
+  each be ``NCHW8c`` (``data_layout``, ``out_layout``: ``[N, C/8, H, W, 8]``), which the
+  reference unblocks around the NCHW kernel and the cpu's compiled kernels read and write as
+  they are (:mod:`graphrt.onnx.layout` chooses them for chains of convolutions).
 * ``conv2d_transpose``: weight ``[C_in, O/groups, KH, KW]`` (IOHW, as PyTorch ``ConvTranspose2d``
   and ONNX ``ConvTranspose``); one ``matmul`` then col2im (a strided scatter-add per kernel
   offset). Output size ``(H-1)*stride - pad_begin - pad_end + dilation*(K-1) + output_padding + 1``
@@ -69,6 +72,7 @@ __all__ = [
     "MaxPool2DAttrs",
     "NoAttrs",
     "Resize2DAttrs",
+    "conv2d_blocked",
     "conv2d_geometry",
     "pool2d_windows",
 ]
@@ -96,8 +100,8 @@ class MatmulAttrs(Attrs):
     transpose_b: bool = False
 
 
-class Conv2DAttrs(Attrs):
-    """``conv2d``: strides (H, W), padding (top, left, bottom, right), dilation (H, W), groups."""
+class _Conv2DGeometry(Attrs):
+    """Strides (H, W), padding (top, left, bottom, right), dilation (H, W), groups."""
 
     strides: Pair = (1, 1)
     padding: Pads = (0, 0, 0, 0)
@@ -105,8 +109,23 @@ class Conv2DAttrs(Attrs):
     groups: PosInt = 1
 
 
-class Conv2DTransposeAttrs(Conv2DAttrs):
-    """``conv2d_transpose``: as conv2d, plus ``output_padding`` (H, W) added at bottom/right.
+Layout = Literal["NCHW", "NCHW8c"]
+"""An image layout: ``NCHW``, or ``NCHW8c`` (``[N, C/8, H, W, 8]``: the 8 channels of a block
+side by side, as TVM's ``conv2d_NCHWc`` and MLAS's NCHWc kernels take them)."""
+
+
+class Conv2DAttrs(_Conv2DGeometry):
+    """``conv2d``: strides (H, W), padding (top, left, bottom, right), dilation (H, W), groups,
+    and the layouts of the data and of the output (TVM's ``data_layout`` and ``out_layout``;
+    the weight stays OIHW)."""
+
+    data_layout: Layout = "NCHW"
+    out_layout: Layout = "NCHW"
+
+
+class Conv2DTransposeAttrs(_Conv2DGeometry):
+    """``conv2d_transpose``: as conv2d (NCHW), plus ``output_padding`` (H, W) added at
+    bottom/right.
 
     Each output_padding must be smaller than the stride or the dilation of its axis.
     """
@@ -392,7 +411,7 @@ def _det(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: NoAttrs)
 # conv2d, conv2d_transpose
 
 
-def _conv_common(types: Sequence[TensorType], attrs: Conv2DAttrs, transpose: bool
+def _conv_common(types: Sequence[TensorType], attrs: _Conv2DGeometry, transpose: bool
                  ) -> tuple[str, int]:
     """Checks shared by conv2d and conv2d_transpose; returns (dtype, output channels)."""
     layout = "[C_in, O/groups, KH, KW]" if transpose else "[O, C/groups, KH, KW]"
@@ -426,14 +445,30 @@ def _conv_common(types: Sequence[TensorType], attrs: Conv2DAttrs, transpose: boo
     return dtype, out_channels
 
 
+def _unblocked_type(x: TensorType, layout: str, what: str) -> TensorType:
+    """``x`` as NCHW where ``layout`` is ``NCHW8c`` (``[N, C/8, H, W, 8]``), else itself."""
+    if layout == "NCHW":
+        return x
+    _rank(x, what, 5, " (NCHW8c)")
+    if x.shape[4] != 8:
+        raise OpError(f"{what} in NCHW8c must be [N, C/8, H, W, 8], given {_show(x)}")
+    n, blocks, h, w, _ = x.shape
+    return TensorType((n, blocks * 8, h, w), x.dtype)
+
+
 def _infer_conv2d(types: Sequence[TensorType], attrs: Conv2DAttrs, data: Sequence[Any]
                   ) -> list[TensorType]:
+    types = [_unblocked_type(types[0], attrs.data_layout, "data"), *types[1:]]
     dtype, o = _conv_common(types, attrs, transpose=False)
     (n, _, h, w), (_, _, kh, kw) = types[0].shape, types[1].shape
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs.strides, attrs.dilation, attrs.padding
     oh = _conv_out(h, kh, sh, dh, pt + pb, "H")
     ow = _conv_out(w, kw, sw, dw, pl + pr, "W")
-    return [TensorType((n, o, oh, ow), dtype)]
+    if attrs.out_layout == "NCHW":
+        return [TensorType((n, o, oh, ow), dtype)]
+    if o % 8:
+        raise OpError(f"out_layout NCHW8c needs output channels divisible by 8, given {o}")
+    return [TensorType((n, o // 8, oh, ow, 8), dtype)]
 
 
 def conv2d_geometry(attrs: Conv2DAttrs) -> ConvGeometry:
@@ -441,16 +476,38 @@ def conv2d_geometry(attrs: Conv2DAttrs) -> ConvGeometry:
     return attrs.groups, attrs.strides, attrs.dilation, attrs.padding[:2]
 
 
+def conv2d_blocked(attrs: Conv2DAttrs) -> tuple[bool, bool]:
+    """Whether the data and the output of a ``conv2d`` are ``NCHW8c``."""
+    return attrs.data_layout != "NCHW", attrs.out_layout != "NCHW"
+
+
 def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2DAttrs) -> None:
     # The N-d convolution's kernel (GEMM over the batch, 1x1 without im2col, depthwise as
-    # shifted multiply-adds), with the workspace the executor planned in outputs[1:].
-    run_conv(xp, inputs, outputs, *conv2d_geometry(attrs))
+    # shifted multiply-adds), with the workspace the executor planned in outputs[1:]. Blocked
+    # data and outputs are unblocked into NCHW temporaries around it (the cpu's compiled
+    # kernels read and write them as they are).
+    blocked_in, blocked_out = conv2d_blocked(attrs)
+    x, out = inputs[0], outputs[0]
+    if blocked_in:
+        n, blocks, h, w, lanes = x.shape
+        x = xp.empty_like(x, shape=(n, blocks, lanes, h, w))
+        x[...] = inputs[0].transpose(0, 1, 4, 2, 3)
+        x = x.reshape(n, blocks * lanes, h, w)
+    target = out
+    if blocked_out:
+        n, blocks, oh, ow, lanes = out.shape
+        target = xp.empty_like(out, shape=(n, blocks * lanes, oh, ow))
+    run_conv(xp, [x, *inputs[1:]], [target, *outputs[1:]], *conv2d_geometry(attrs))
+    if blocked_out:
+        out[...] = target.reshape(n, blocks, lanes, oh, ow).transpose(0, 1, 3, 4, 2)
 
 
 def _conv2d_workspace(xp: Any, types: Sequence[TensorType], attrs: Conv2DAttrs
                       ) -> list[TensorType]:
     out = _infer_conv2d(types, attrs, [None] * len(types))[0]
-    return conv_workspace(xp, types, out, conv2d_geometry(attrs))
+    data = _unblocked_type(types[0], attrs.data_layout, "data")
+    out = _unblocked_type(out, attrs.out_layout, "output")
+    return conv_workspace(xp, [data, *types[1:]], out, conv2d_geometry(attrs))
 
 
 def _infer_conv2d_transpose(types: Sequence[TensorType], attrs: Conv2DTransposeAttrs,

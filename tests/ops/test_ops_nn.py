@@ -279,6 +279,28 @@ def test_conv2d_float64(device: graphrt.Device) -> None:
     close(got, ref_conv2d(x, w, b, (2, 1), (1, 0, 1, 2), (1, 2), 2))
 
 
+def _blocked(x: np.ndarray) -> np.ndarray:
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // 8, 8, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("data_layout", "out_layout"),
+                         [("NCHW8c", "NCHW"), ("NCHW", "NCHW8c"), ("NCHW8c", "NCHW8c")])
+@pytest.mark.parametrize("groups", [1, 16])
+def test_conv2d_blocked_layouts(device: graphrt.Device, data_layout: str, out_layout: str,
+                                groups: int) -> None:
+    """``NCHW8c`` data and outputs ([N, C/8, H, W, 8]) are the NCHW convolution's, blocked
+    (the reference unblocks around NCHW, the cpu's compiled kernels read them in place)."""
+    x, w, b = rand(2, 16, 7, 6), rand(16, 16 // groups, 3, 3), rand(16)
+    attrs = {"padding": (1, 1, 1, 1), "strides": (2, 1), "groups": groups,
+             "data_layout": data_layout, "out_layout": out_layout}
+    data = _blocked(x) if data_layout == "NCHW8c" else x
+    got = run_op("conv2d", [data, w, b], attrs, device)[0]
+    want = ref_conv2d(x, w, b, (2, 1), (1, 1, 1, 1), (1, 1), groups)
+    close(got, _blocked(want) if out_layout == "NCHW8c" else want)
+
+
 TRANSPOSE_CASES = [
     # (data shape, out channels per group, kernel, strides, padding, dilation, groups, out pad)
     ((2, 3, 4, 4), 2, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, (0, 0)),
@@ -599,6 +621,12 @@ REJECTIONS: list[tuple[str, list[Any], dict[str, Any], str]] = [
      "output would be empty"),
     ("conv2d", [((0, 3, 5, 5), F32), ((4, 3, 3, 3), F32)], {}, "no empty axis"),
     ("conv2d", [((1, 3, 5, 5), F32)], {}, "expected 2 or 3 inputs"),
+    ("conv2d", [((1, 2, 5, 5, 4), F32), ((8, 8, 3, 3), F32)], {"data_layout": "NCHW8c"},
+     "[N, C/8, H, W, 8]"),
+    ("conv2d", [((1, 16, 5, 5), F32), ((8, 16, 3, 3), F32)], {"data_layout": "NCHW8c"},
+     "data must be 5-D"),
+    ("conv2d", [((1, 8, 5, 5), F32), ((12, 8, 3, 3), F32)], {"out_layout": "NCHW8c"},
+     "divisible by 8, given 12"),
     ("conv2d_transpose", [((1, 3, 5, 5), F32), ((4, 2, 3, 3), F32)], {}, "C_in = 3"),
     ("conv2d_transpose", [((1, 3, 5, 5), F32), ((3, 2, 3, 3), F32)], {"groups": 2},
      "divisible by groups"),
@@ -651,6 +679,8 @@ def test_rejections(name: str, inputs: list[tuple[tuple[int, ...], str]], attrs:
     ("conv2d", {"groups": 0}),
     ("conv2d", {"dilation": (1, 0)}),
     ("conv2d", {"output_padding": (1, 1)}),
+    ("conv2d", {"data_layout": "NHWC"}),
+    ("conv2d_transpose", {"out_layout": "NCHW8c"}),
     ("conv2d_transpose", {"output_padding": (-1, 0)}),
     ("max_pool2d", {}),
     ("max_pool2d", {"pool_size": (0, 2)}),

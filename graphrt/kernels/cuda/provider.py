@@ -20,7 +20,7 @@ from typing import Any
 
 from ...ops import OpDef, TensorType, elementwise_runs, normalize_axis
 from ...ops.convolution import conv_geometry
-from ...ops.nn import conv2d_geometry, pool2d_windows
+from ...ops.nn import conv2d_blocked, conv2d_geometry, pool2d_windows
 from ...ops.pooling import axis_windows
 from ...ops.quantize import QUANT_EXPRESSIONS
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
@@ -96,8 +96,8 @@ class CudaProvider:
             pool = max_pool2d_kernel(inputs[0], outputs[0], windows,
                                      op.positional(xp, attrs, 1), dynamic=dynamic, xp=xp)
             return None if pool is None else Prepared(pool, provider=self.name)
-        if op.name not in _CONVS:
-            return None
+        if op.name not in _CONVS or (op.name == "conv2d" and any(conv2d_blocked(attrs))):
+            return None  # blocked layouts (a cpu conversion's) take the reference
         geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
                     else conv_geometry(attrs, len(inputs[0].shape) - 2))
         return prepare_conv(inputs, outputs[0], *geometry, epilogue, dynamic=dynamic, xp=xp)
