@@ -42,7 +42,8 @@ from .crew import run_jobs
 from .jit import direct_conv as direct_kernels
 
 __all__ = ["DepthwisePlan", "DirectPlan", "HostConvPlan", "PointwisePlan",
-           "conv_epilogue", "conv_plan", "direct_plan", "pack_unbiased", "pointwise_plan",
+           "conv_epilogue", "conv_plan", "direct_plan", "logical", "pack_unbiased",
+           "pointwise_plan",
            "run_conv", "run_conv_with", "run_depthwise", "run_direct", "run_pointwise"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
@@ -53,9 +54,11 @@ Clip = tuple[float, float] | None
 Packed = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None
 """A weight and bias packed for a plan (the bias padded to whole blocks), or None."""
 
-_MIN_WORK = 50_000
-"""Tile-taps (about 7 cycles each) below which a convolution runs on the calling thread
-alone: bringing in the helpers costs tens of microseconds."""
+_MIN_WORK = 15_000
+"""Tile-taps (12 multiply-adds: 5-7 ns each on a 2-core AMD EPYC) below which a convolution
+runs on the calling thread alone: bringing in the helpers costs tens of microseconds, so
+about 100 us of work alone pays for them (MobileNetV2 ran 4-10% faster than with 50 000,
+which kept its 28x28 projections on one core)."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,13 @@ class DirectPlan:
         padding: the padded copy's geometry, as the compiled kernel takes it
             (:data:`graphrt.kernels.cpu.direct_conv.PADDING`: planes, h, w, hp, wp, top, left,
             blocks per job, channels per block; zeros where the data is read in place).
-        blocked: the padded copy is ``[N, C/8, Hp, Wp, 8]`` (a padded copy of a multiple of
-            8 channels), so the taps run input channel blocks, then kernel offsets, then
-            the channels of a block, and the weight is packed in that order.
+        blocked: the data the tiles read is ``[N, C/8, Hp, Wp, 8]`` (a padded copy of a
+            multiple of 8 channels, or blocked data read in place), so the taps run input
+            channel blocks, then kernel offsets, then the channels of a block, and the
+            weight is packed in that order.
         pixels: per output pixel (padded to whole tiles), its window's offset in an image.
         taps: per input channel and kernel offset, its offset from a window's corner.
+        blocked_out: the output is ``[N, O/8, OH, OW, 8]``.
     """
 
     workspace: tuple[int, ...] | None
@@ -93,14 +98,17 @@ class DirectPlan:
     padding: np.ndarray[Any, Any] = field(compare=False, repr=False)
     pixels: np.ndarray[Any, Any] = field(compare=False, repr=False)
     taps: np.ndarray[Any, Any] = field(compare=False, repr=False)
+    blocked_out: bool = False
 
 
 @lru_cache(maxsize=256)
 def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
-                strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...]
-                ) -> DirectPlan:
+                strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
+                blocked_in: bool = False, blocked_out: bool = False) -> DirectPlan:
     """The :class:`DirectPlan` of data ``x`` ``[N, C, H, W]``, weight ``w`` ``[O, C, kh, kw]``
-    into ``out`` (shapes), with per-axis strides, dilation and begin pads."""
+    into ``out`` (logical shapes: the data is ``[N, C/8, H, W, 8]`` where ``blocked_in``,
+    the output ``[N, O/8, OH, OW, 8]`` where ``blocked_out``), with per-axis strides,
+    dilation and begin pads."""
     (n, c, h, width), (o, _, kh, kw), (oh, ow) = x, w, out[2:]
     (sh, sw), (dh, dw), (top, left) = strides, dilation, begin
     rows = (oh - 1) * sh + (kh - 1) * dh + 1  # the padded rows and columns windows read
@@ -110,7 +118,7 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     length = oh * ow
     tiles = -(-length // _PIXELS)
     y, x_ = np.divmod(np.arange(length, dtype=np.int64), ow)
-    blocked = not in_place and c % _BLOCK == 0
+    blocked = (blocked_in or not in_place) and c % _BLOCK == 0
     block = _BLOCK if blocked else 1  # channels side by side in the padded copy
     pixels = np.zeros(tiles * _PIXELS, np.int64)  # the last tile's extra pixels: pixel 0
     pixels[:length] = (y * sh * wp + x_ * sw) * block
@@ -119,10 +127,10 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
                               itertools.product(range(c), range(kh), range(kw))))
     taps = np.array([cb * hp * wp * block + (i * dh * wp + j * dw) * block + ci
                      for cb, i, j, ci in order], np.int64)
-    padding = np.zeros(9, np.int64)  # direct_conv.PADDING entries
+    padding = np.zeros(10, np.int64)  # direct_conv.PADDING entries
     if not in_place:
         padding[:] = (n * c, h, width, hp, wp, top, left,
-                      max(1, _PAD_JOB // (block * hp * wp)), block)
+                      max(1, _PAD_JOB // (block * hp * wp)), block, blocked_in)
     pixels.flags.writeable = padding.flags.writeable = False
     jobs = n * -(-o // _CHANNELS) * tiles
     band = max(1, (_STRIP_BYTES // (4 * c * wp) - (kh - 1) * dh) // sh)  # output rows
@@ -130,7 +138,7 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     strip = tiles if whole else min(tiles, max(1, band * ow // _PIXELS))
     return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
-                      blocked, padding, pixels, taps.astype(np.int32))
+                      blocked, padding, pixels, taps.astype(np.int32), blocked_out)
 
 
 _BLOCK = 8
@@ -198,11 +206,12 @@ def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
 
 
 def _epilogue(kernels: ModuleType, out: np.ndarray[Any, Any],
-              residual: np.ndarray[Any, Any] | None, relu: bool, clip: Clip = None
-              ) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
+              residual: np.ndarray[Any, Any] | None, relu: bool, clip: Clip = None,
+              blocked_out: bool = False) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
     """The epilogue arguments of a job function: the residual (flat; empty without one), the
-    flags and the clip's bounds."""
-    flags = (kernels.RELU if relu else 0) | (0 if clip is None else kernels.CLIP)
+    flags (with the output's layout) and the clip's bounds."""
+    flags = ((kernels.RELU if relu else 0) | (0 if clip is None else kernels.CLIP)
+             | (kernels.BLOCKED if blocked_out else 0))
     bounds = _bounds(clip or (0.0, 0.0))
     if residual is None:
         return out.reshape(-1)[:0], flags, bounds
@@ -226,7 +235,8 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     counters = np.zeros(4, np.int64)  # tiles claimed, done; padded copy's jobs claimed, done
     run_jobs(kernels.conv_jobs, plan.parallel, (
         data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
-        summed, flat, weight.shape[0], *_epilogue(kernels, flat, residual, relu, clip), plan.strip,
+        summed, flat, weight.shape[0],
+        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out), plan.strip,
         counters, plan.grain))
 
 
@@ -310,45 +320,74 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
 
 @dataclass(frozen=True)
 class DepthwisePlan:
-    """A depthwise convolution (groups = input channels = output channels) at given shapes:
-    each channel's output plane computed in cache, tap by tap over the rows and columns whose
-    window reads inside the image (:func:`graphrt.kernels.cpu.direct_conv.depthwise_jobs`).
+    """A depthwise convolution (groups = input channels = output channels) at given shapes,
+    8 channels at a time over bands of output rows
+    (:func:`graphrt.kernels.cpu.direct_conv.depthwise_jobs`).
 
     Attributes:
-        geometry: height, width, out height, out width, kernel height, width, strides,
-            dilations, begin pads (int64, read-only).
-        workspace: None (the data is read in place).
-        jobs: channel planes over the batch.
+        geometry: height, width, out height, out width, row stride, begin pads, padded
+            width, output rows per band, input rows per band, whether the data is blocked
+            (int64, read-only).
+        pixels: offset of each output pixel's window corner in a band's interleaved buffer,
+            padded to whole tiles (int64, read-only).
+        taps: offset of each tap from the corner (int32, read-only).
+        workspace: None (each thread interleaves its band in a buffer of its own).
+        jobs: bands over the groups of 8 channels and the batch.
         grain: jobs a thread claims at a time.
         parallel: worth running on every core.
+        blocked_out: the output is ``[N, C/8, OH, OW, 8]``.
     """
 
     geometry: np.ndarray[Any, Any] = field(repr=False)
+    pixels: np.ndarray[Any, Any] = field(repr=False)
+    taps: np.ndarray[Any, Any] = field(repr=False)
     workspace: None
     jobs: int
     grain: int
     parallel: bool
+    blocked_out: bool = False
+
+
+_LANES = 8  # channels of a depthwise group and pixels of its tile, as direct_conv.LANES
+_BAND_FLOATS = 8192
+"""Floats (32 KiB) of a depthwise band's interleaved input, to which its rows are sized:
+the buffer and the band's results stay in the L2 cache."""
 
 
 @lru_cache(maxsize=256)
 def depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
-                   strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...]
-                   ) -> DepthwisePlan:
+                   strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
+                   blocked_in: bool = False, blocked_out: bool = False) -> DepthwisePlan:
     """The :class:`DepthwisePlan` of data ``x`` ``[N, C, H, W]``, weight ``w``
-    ``[C, 1, KH, KW]`` into ``out`` ``[N, C, OH, OW]``.
+    ``[C, 1, KH, KW]`` into ``out`` ``[N, C, OH, OW]`` (logical shapes: either is
+    ``[N, C/8, H, W, 8]`` where blocked).
 
     Example:
         >>> plan = depthwise_plan((1, 96, 112, 112), (96, 1, 3, 3), (1, 96, 56, 56), (2, 2),
         ...                       (1, 1), (0, 0))
-        >>> plan.jobs, plan.grain, plan.parallel
-        (96, 1, True)
+        >>> plan.jobs, int(plan.geometry[8]), plan.parallel  # 12 groups x 14 bands of 4 rows
+        (168, 4, True)
     """
-    geometry = np.array([*x[2:], *out[2:], *w[2:], *strides, *dilation, *begin], np.int64)
-    geometry.flags.writeable = False
-    jobs = x[0] * x[1]
-    work = jobs * out[2] * out[3] * w[2] * w[3]
-    return DepthwisePlan(geometry, None, jobs, max(1, min(8, jobs // 64)),
-                         work >= _MIN_WORK and jobs > 1)
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = w[2:], out[2:], strides, dilation
+    wp = (ow - 1) * sw + (kw - 1) * dw + 1
+    reach = (kh - 1) * dh + 1  # input rows of one output row
+    band = max(1, min(oh, (_BAND_FLOATS // (wp * _LANES) - reach) // sh + 1))
+    tiles = -(-band * ow // _LANES)
+    q = np.minimum(np.arange(tiles * _LANES), band * ow - 1)
+    pixels = (((q // ow) * sh * wp + (q % ow) * sw) * _LANES).astype(np.int64)
+    ky, kx = np.divmod(np.arange(kh * kw), kw)
+    taps = ((ky * dh * wp + kx * dw) * _LANES).astype(np.int32)
+    geometry = np.array([*x[2:], oh, ow, sh, *begin, wp, band, (band - 1) * sh + reach,
+                         blocked_in], np.int64)
+    for array in (geometry, pixels, taps):
+        array.flags.writeable = False
+    groups = x[0] * -(-x[1] // _LANES)
+    jobs = groups * -(-oh // band)
+    # a tile-tap (8 multiply-adds, and its share of the transposes) took about 4 direct
+    # tile-taps' time, the interleaving about one per 16 input floats
+    work = groups * (-(-oh * ow // _LANES) * kh * kw * 4 + x[2] * x[3] * _LANES // 16)
+    return DepthwisePlan(geometry, pixels, taps, None, jobs, max(1, min(8, jobs // 64)),
+                         work >= _MIN_WORK and jobs > 1, blocked_out)
 
 
 def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, Any],
@@ -358,13 +397,13 @@ def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, A
     """The depthwise convolution ``plan``: as :func:`run_direct` (no workspace)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     channels = weight.shape[0]
-    taps = derived(weight, "depthwise", lambda: np.ascontiguousarray(weight).reshape(-1))
-    summed = zero_bias(channels, 1) if bias is None else np.ascontiguousarray(bias)
+    packed, summed = _prepared(kernels, weight, bias, _LANES)
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.depthwise_jobs, plan.parallel, (
-        data, taps, summed, flat, channels, plan.geometry,
-        *_epilogue(kernels, flat, residual, relu, clip), counters, plan.grain))
+        data, packed, summed, flat, channels, plan.geometry, plan.pixels, plan.taps,
+        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out), counters,
+        plan.grain))
 
 
 @lru_cache(maxsize=64)
@@ -419,14 +458,17 @@ ResNet-50 and MobileNetV2, while the pointwise one stays 5-37% faster on 56x56 p
 @lru_cache(maxsize=512)
 def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtype: str,
               gemm: str, host: bool, groups: int, strides: tuple[int, ...],
-              dilation: tuple[int, ...], begin: tuple[int, ...], direct: bool = False
-              ) -> HostConvPlan:
+              dilation: tuple[int, ...], begin: tuple[int, ...], direct: bool = False,
+              blocked: tuple[bool, bool] = (False, False)) -> HostConvPlan:
     """The cpu's plan of a convolution (see :func:`graphrt.ops.convolution.conv_plan` for
     the arguments): the compiled direct kernel's geometry where ``direct`` (numba is there),
     ``host``, the dtype float32, one group and 2-D; a 1x1 convolution without begin pads
     whose output keeps every stride-th pixel runs the pointwise kernel (but one of stride 1
     onto at most :data:`SMALL_PLANE` pixels the direct one); a depthwise one (a group per
-    channel, one output channel each) the depthwise kernel.
+    channel, one output channel each) the depthwise kernel. ``blocked``: whether the data
+    and the output are blocked (``[N, C/8, H, W, 8]``; ``x`` and ``out`` are the logical
+    shapes), which the direct and depthwise kernels read and write (the reference, None of
+    the compiled kernels applying, takes NCHW).
 
     Example:
         >>> plan = conv_plan((1, 4, 6, 6), (16, 4, 3, 3), (1, 16, 4, 4), "float32", "float32",
@@ -437,13 +479,15 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
     space, out_space = x[2:], out[2:]
     compiled = direct and host and dtype == gemm == "float32" and len(space) == 2
     if compiled and groups > 1 and groups == x[1] == w[0] and w[1] == 1:
-        return HostConvPlan(depthwise_plan(x, w, out, strides, dilation, begin), None)
+        return HostConvPlan(depthwise_plan(x, w, out, strides, dilation, begin, *blocked),
+                            None)
     if compiled and groups == 1:
         strided = w[2:] == (1, 1) and not any(begin) and all(
             o == (i - 1) // s + 1 for o, i, s in zip(out_space, space, strides, strict=True))
         small = all(s == 1 for s in strides) and prod(out_space) <= SMALL_PLANE
-        geometry = (pointwise_plan(x, w, out, strides) if strided and not small else
-                    direct_plan(x, w, out, strides, dilation, begin))
+        geometry = (pointwise_plan(x, w, out, strides) if strided and not small
+                    and not any(blocked) else
+                    direct_plan(x, w, out, strides, dilation, begin, *blocked))
         return HostConvPlan(geometry, None)
     return HostConvPlan(None, reference_plan(x, w, out, dtype, gemm, host, groups, strides,
                                              dilation, begin))
@@ -514,13 +558,14 @@ def _apply(xp: Any, out: Any, residual: Any, relu: bool, clip: Clip = None) -> N
 
 def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups: int,
                   strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
-                  residual: bool, relu: bool, clip: Clip = None
-                  ) -> Callable[..., None] | None:
+                  residual: bool, relu: bool, clip: Clip = None,
+                  blocked: tuple[bool, bool] = (False, False)) -> Callable[..., None] | None:
     """The convolution of ``types`` (its inputs') into ``out`` followed by ``+ residual``
     and/or relu, as one kernel ``kernel(*inputs, residual?, out, workspace)`` (the sum and
     relu applied as the results are stored, with no pass of their own), where the compiled
-    kernels run it (numba, 2-D float32 of one group); else None. The plan is made here,
-    once, not per call.
+    kernels run it (numba, 2-D float32 of one group, or depthwise); else None. ``blocked``:
+    whether the data and the output are ``[N, C/8, H, W, 8]`` (conv2d's ``NCHW8c``
+    layouts). The plan is made here, once, not per call.
 
     Example:
         >>> import numpy as np
@@ -536,11 +581,12 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
     """
     x = types[0]
     kernels = direct_kernels()
-    if not (kernels is not None and x.dtype == "float32" and x.ndim == 4
+    if not (kernels is not None and x.dtype == "float32" and x.ndim == 4 + blocked[0]
             and 0 not in out.shape):
         return None
-    geometry = conv_plan(x.shape, types[1].shape, out.shape, "float32", "float32", True,
-                         groups, strides, dilation, begin, True).direct
+    geometry = conv_plan(logical(x.shape, blocked[0]), types[1].shape,
+                         logical(out.shape, blocked[1]), "float32", "float32", True, groups,
+                         strides, dilation, begin, True, blocked).direct
     if geometry is None:  # grouped, not depthwise: the reference
         return None
     n_in = len(types)
@@ -549,11 +595,23 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
     def kernel(*arrays: Any) -> None:
         extra = arrays[n_in] if residual else None
         target, *space = arrays[n_in + residual:]
-        if not target.flags.c_contiguous:  # a plain call's output
-            run_conv(xp, arrays[:n_in], [target], groups, strides, dilation, begin, extra, relu,
-                     clip)
-            return
+        into = target if target.flags.c_contiguous else np.empty(target.shape, np.float32)
         _direct(kernels, geometry, arrays[0], arrays[1], arrays[2] if has_bias else None,
-                target, _buffer(geometry, space), extra, relu, clip)
+                into, _buffer(geometry, space), extra, relu, clip)
+        if into is not target:  # a plain call's output
+            target[...] = into
 
     return kernel
+
+
+def logical(shape: tuple[int, ...], blocked: bool) -> tuple[int, ...]:
+    """The NCHW shape of a tensor of ``shape``, ``[N, C/8, H, W, 8]`` where ``blocked``.
+
+    Example:
+        >>> logical((1, 4, 7, 7, 8), True), logical((1, 32, 7, 7), False)
+        ((1, 32, 7, 7), (1, 32, 7, 7))
+    """
+    if not blocked:
+        return shape
+    n, blocks, *space, lanes = shape
+    return (n, blocks * lanes, *space)

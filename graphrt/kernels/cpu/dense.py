@@ -1,17 +1,18 @@
 """Matrix products by a weight on the compiled micro-kernel, the weight packed once at load.
 
 ``dense`` (``x @ w.T + bias``) and ``matmul`` / ``batch_matmul`` by a 2-D right operand run
-here when that operand is a param (frozen: :mod:`graphrt.devices.frozen`), everything is
-float32 and there are at least :data:`MIN_ROWS` rows: the weight is packed 16 columns at a
+here when that operand is a param (frozen: :mod:`graphrt.devices.frozen`) and everything is
+float32: the weight is packed 16 columns at a
 time with the bias as one more step of the reduction (:func:`pack_columns`, once per loaded
 param), the data 6 rows at a time with a column of ones on every call
 (:func:`graphrt.kernels.cpu.direct_conv.pack_rows`),
 and :func:`graphrt.kernels.cpu.direct_conv.dense_jobs` runs the tiles on the helper threads,
 adding a residual and applying relu or a clip as it stores. OpenBLAS packs the weight again
 on every call (for 64 rows by 1024 that was a quarter of its time) and its workers spin for
-about 0.1 s after each call, taking the core a convolution's helper needs. A weight that is
-not a param (fed at run time), or fewer rows (a matrix-vector product, bound by memory), take
-the reference on BLAS, with the epilogue applied after it; so does every product of a graph
+about 0.1 s after each call, taking the core a convolution's helper needs. Fewer than
+:data:`MIN_ROWS` rows run as matrix-vector products on the same packed weight. A weight that
+is not a param (fed at run time) takes the reference on BLAS, with the epilogue applied after
+it; so does every product of a graph
 that also runs a product on BLAS (attention's, whose operands are both activations): the
 helper threads spinning after a packed product and OpenBLAS's workers spinning after theirs
 took each other's cores, and a BERT-style encoder ran 1.5x slower than on BLAS alone.
@@ -53,8 +54,13 @@ from .jit import direct_conv
 __all__ = ["MIN_ROWS", "dense_call", "pack_columns"]
 
 MIN_ROWS = 16
-"""Rows (the product of the data's leading dimensions) below which the reference runs: fewer
-rows are mostly a read of the weight from memory, which BLAS's matrix-vector kernels do."""
+"""Rows (the product of the data's leading dimensions) below which a product runs as
+matrix-vector products, a row at a time over each packed panel of the weight
+(:func:`graphrt.kernels.cpu.direct_conv.row_jobs`): mostly a read of the weight, on every
+core. On one BLAS thread (a graph with convolutions keeps small GEMMs there) MobileNetV2's
+classifier, 1280 by 1000 at batch 1, took 0.52 ms, against 0.31 ms in ONNX Runtime."""
+_MIN_VECTOR_WORK = 1 << 18
+"""Multiply-adds below which a matrix-vector product runs on the calling thread alone."""
 
 _ROWS, _SPAN = 6, 16  # the micro-kernel's tile (direct_conv.ROWS, direct_conv.SPAN)
 _CHUNK_BYTES = 1 << 19
@@ -102,7 +108,7 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
                packing: Callable[[], bool] = lambda: True) -> Prepared | None:
     """The kernel of ``op`` (``dense``, ``matmul``, ``batch_matmul``) at these static types,
     or None where the packed product cannot apply (another dtype, a transposed left
-    operand, a right operand of more than 2 dimensions, too few rows, no numba); it
+    operand, a right operand of more than 2 dimensions, no numba); it
     decides on every call whether the weight is a param and ``packing()`` allows it (see the
     module docstring). Its workspace is the packed data."""
     kernels = direct_conv()
@@ -119,7 +125,7 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
         return None
     m, k = prod(x.shape[:-1]), x.shape[-1]
     n = w.shape[0] if transposed else w.shape[1]
-    if m < MIN_ROWS or out.shape != (*x.shape[:-1], n):
+    if out.shape != (*x.shape[:-1], n):
         return None
     n_in, residual_at = len(inputs), epilogue.residual
     blocks = -(-m // _ROWS)
@@ -130,6 +136,9 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
              | (kernels.RESIDUAL if residual_at else 0))
     bounds = np.asarray(epilogue.clip or (0.0, 0.0), np.float32)
     zeros = np.zeros(_ROWS, np.float32)
+    few = m < MIN_ROWS  # matrix-vector products, a row at a time
+    if few:
+        parallel, grain = m * n * k >= _MIN_VECTOR_WORK, max(1, -(-n // _SPAN) // 16)
 
     def call(*arrays: Any) -> None:
         weight, bias = arrays[1], arrays[2] if has_bias else None
@@ -141,13 +150,18 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
             return
         columns = derived(weight, ("dense", transposed, id(bias)), lambda: pack_columns(
             weight, transposed, bias))
-        kernels.pack_rows(np.asarray(arrays[0]).reshape(m, k), rows)
         flat = result.reshape(-1)
         extra = (np.ascontiguousarray(residual).reshape(-1) if residual is not None
                  else flat[:0])
+        if few:
+            run_jobs(kernels.row_jobs, parallel and not blas_holders(), (
+                np.ascontiguousarray(arrays[0]).reshape(-1), m, k, columns, n, flat, extra,
+                flags, bounds, np.zeros(2, np.int64), grain))
+            return
+        kernels.pack_rows(np.asarray(arrays[0]).reshape(m, k), rows)
         run_jobs(kernels.dense_jobs, parallel and not blas_holders(), (
             rows, k + 1, columns, m, n, zeros, flat, extra, flags, bounds, chunk,
             np.zeros(2, np.int64), grain))
 
-    return Prepared(call, (TensorType((blocks * (k + 1) * _ROWS,), "float32"),),
-                    capturable=False, provider="cpu")
+    packed_rows = TensorType((0 if few else blocks * (k + 1) * _ROWS,), "float32")
+    return Prepared(call, (packed_rows,), capturable=False, provider="cpu")

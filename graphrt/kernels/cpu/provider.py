@@ -1,8 +1,8 @@
 """The cpu's compiled kernels behind the provider interface (:mod:`graphrt.kernels.base`).
 
 - ``conv``, ``conv2d``: the direct or pointwise convolution (2-D float32 of one group), or the
-  depthwise one (a group per channel), with its ``+ residual`` / relu epilogue
-  (:mod:`graphrt.kernels.cpu.conv`).
+  depthwise one (a group per channel), with its ``+ residual`` / relu / clip epilogue, on
+  NCHW or blocked ``NCHW8c`` data and outputs (:mod:`graphrt.kernels.cpu.conv`).
 - ``qlinear_conv``: the quantized convolution (2-D, one group or depthwise, static shapes) on
   the float32 direct kernels, exact (:mod:`graphrt.kernels.cpu.qconv`); ``qlinear_matmul``
   (2-D and batched operands, per-tensor ``a``) as one exact float32 BLAS product
@@ -39,11 +39,11 @@ from typing import Any
 
 from ...ops import OpDef, TensorType, normalize_axis
 from ...ops.convolution import conv_geometry
-from ...ops.nn import conv2d_geometry, pool2d_windows
+from ...ops.nn import conv2d_blocked, conv2d_geometry, pool2d_windows
 from ...ops.pooling import axis_windows
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
 from .blas_threads import blas_held
-from .conv import conv_epilogue, conv_plan, run_conv_with
+from .conv import conv_epilogue, conv_plan, logical, run_conv_with
 from .crew import quiet
 from .dense import dense_call
 from .jit import direct_conv, rows_call
@@ -116,7 +116,8 @@ class CpuProvider:
                             provider=self.name)
         if name in _GEMMS:
             packed = None if dynamic else dense_call(
-                name, attrs, inputs, outputs[0], epilogue, op.positional(xp, attrs, len(inputs)),
+                name, attrs, inputs, outputs[0], epilogue, self._gemm_of(op, attrs, inputs,
+                                                                         outputs[0], xp),
                 lambda: not self.blas_gemms)
             if packed is not None:
                 return packed
@@ -137,10 +138,15 @@ class CpuProvider:
                              inputs[0], inputs[1:], op.positional(xp, attrs, 3),
                              (attrs.epsilon,), dynamic=dynamic)
         elif name in _GEMMS:
-            transposed = getattr(attrs, "transpose_a", False)
-            depth = inputs[0].shape[-2 if transposed else -1] if inputs[0].shape else 1
-            call = self._gemm(op.positional(xp, attrs, len(inputs)), depth, outputs[0])
+            call = self._gemm_of(op, attrs, inputs, outputs[0], xp)
         return None if call is None else Prepared(call, capturable=False, provider=self.name)
+
+    def _gemm_of(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
+                 xp: Any) -> Callable[..., None]:
+        """The reference product of ``op`` under this graph's BLAS policy."""
+        transposed = getattr(attrs, "transpose_a", False)
+        depth = inputs[0].shape[-2 if transposed else -1] if inputs[0].shape else 1
+        return self._gemm(op.positional(xp, attrs, len(inputs)), depth, out)
 
     def fuse(self, steps: Sequence[ElementwiseStep], exported: set[str],
              types: dict[str, TensorType], *, dynamic: bool, xp: Any) -> list[FusedRun]:
@@ -151,16 +157,17 @@ class CpuProvider:
     def _conv(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
               epilogue: Epilogue, dynamic: bool, xp: Any) -> Prepared | None:
         """The compiled convolution, planned here (per shape for a dynamic node)."""
-        x = inputs[0]
-        if prod(out.shape[2:]) > MAX_DIRECT_PIXELS:  # its tables would be too large
+        blocked = conv2d_blocked(attrs) if op.name == "conv2d" else (False, False)
+        x, out_shape = logical(inputs[0].shape, blocked[0]), logical(out.shape, blocked[1])
+        if prod(out_shape[2:]) > MAX_DIRECT_PIXELS:  # its tables would be too large
             return None
         geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
-                    else conv_geometry(attrs, len(x.shape) - 2))
+                    else conv_geometry(attrs, len(x) - 2))
         kernels = direct_conv()
-        plan = conv_plan(x.shape, inputs[1].shape, out.shape, x.dtype, x.dtype, True,
-                         *geometry, kernels is not None)
-        if plan.direct is None or 0 in out.shape:
-            return None
+        plan = conv_plan(x, inputs[1].shape, out_shape, inputs[0].dtype, inputs[0].dtype, True,
+                         *geometry, kernels is not None, blocked)
+        if plan.direct is None or 0 in out.shape or (dynamic and any(blocked)):
+            return None  # (blocked layouts, of static shapes only, else take the reference)
         self.crew = True
         workspace = tuple(plan.workspace())
         if dynamic:
@@ -175,7 +182,7 @@ class CpuProvider:
 
             return Prepared(per_shape, workspace, capturable=False, provider=self.name)
         call = conv_epilogue(xp, inputs, out, *geometry, epilogue.residual, epilogue.relu,
-                             epilogue.clip)
+                             epilogue.clip, blocked)
         return None if call is None else Prepared(call, workspace, capturable=False,
                                                   provider=self.name)
 

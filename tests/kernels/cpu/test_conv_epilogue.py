@@ -253,8 +253,8 @@ def test_a_small_gemm_runs_on_one_blas_thread_in_a_graph_with_compiled_convoluti
         prepared = cpu.prepare(op, op.attrs(), types, [TensorType((4, 8), "float32")],
                                NO_EPILOGUE, dynamic=False, xp=np)
         assert prepared is not None
-        out = np.empty((4, 8), np.float32)
-        prepared.call(a, b, out)
+        out = np.empty((4, 8), np.float32)  # b is no param: the product runs on BLAS
+        prepared.call(a, b, out, *(np.empty(t.shape, t.dtype) for t in prepared.workspace))
         np.testing.assert_array_equal(out, a @ b)
     assert seen == [[1] * len(before), before]
     assert _blas_threads() == before

@@ -42,7 +42,9 @@ def _reference(op: str, attrs: Any, n_in: int) -> Any:
 
 
 @pytest.mark.parametrize("m, k, n", [(16, 3, 5), (17, 64, 16), (23, 33, 47), (64, 1024, 96),
-                                     (130, 7, 33)])
+                                     (130, 7, 33),  # then fewer rows: a row at a time
+                                     (1, 1, 1), (1, 1280, 1000), (2, 33, 47), (15, 8, 17),
+                                     (3, 2, 16)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_dense_matches_numpy_at_every_tile_edge(m: int, k: int, n: int, bias: bool) -> None:
     x = RNG.standard_normal((m, k)).astype(np.float32)
@@ -80,7 +82,12 @@ def test_matmul_by_a_2d_param_flattens_the_leading_axes(transpose_b: bool) -> No
 @pytest.mark.parametrize("frozen", [True, False])
 def test_the_epilogue_is_applied_on_both_paths(epilogue: Epilogue, frozen: bool) -> None:
     """Frozen: in the kernel's stores; a weight fed at run time: after the reference."""
-    m, k, n = 29, 20, 37
+    for m in (29, 3):  # the tiles of 6 rows, then a row at a time
+        _check_epilogue(epilogue, frozen, m)
+
+
+def _check_epilogue(epilogue: Epilogue, frozen: bool, m: int) -> None:
+    k, n = 20, 37
     x = RNG.standard_normal((m, k)).astype(np.float32)
     w = RNG.standard_normal((n, k)).astype(np.float32)
     b = RNG.standard_normal(n).astype(np.float32)
@@ -108,9 +115,10 @@ def test_where_the_packed_product_does_not_apply_the_reference_runs() -> None:
     assert dense_call("dense", op.attrs(), _types(x16, w16), TensorType((32, 4), "float16"),
                       NO_EPILOGUE, _reference("dense", op.attrs(), 2)) is None
     x, w = np.zeros((MIN_ROWS - 1, 8), np.float32), np.zeros((4, 8), np.float32)
-    assert dense_call("dense", op.attrs(), _types(x, w), TensorType((MIN_ROWS - 1, 4),
-                                                                    "float32"),
-                      NO_EPILOGUE, _reference("dense", op.attrs(), 2)) is None
+    few = dense_call("dense", op.attrs(), _types(x, w), TensorType((MIN_ROWS - 1, 4),
+                                                                   "float32"),
+                     NO_EPILOGUE, _reference("dense", op.attrs(), 2))
+    assert few is not None and few.workspace[0].shape == (0,)  # no packed rows
     matmul = get_op("matmul")
     a, b = np.zeros((2, 32, 8), np.float32), np.zeros((2, 8, 4), np.float32)
     assert dense_call("matmul", matmul.attrs(), _types(a, b),

@@ -1,0 +1,261 @@
+"""Compiled (numba) matrix products by a weight packed 16 columns at a time: the panel
+micro-kernel (6 rows x 16 columns, :func:`panel`, which the pointwise convolution shares),
+the job function of products of many rows (:func:`dense_jobs`) and of few rows
+(:func:`row_jobs`, a matrix-vector product per row). :mod:`graphrt.kernels.cpu.dense` runs
+them; imported only where numba is installed.
+
+Example:
+    >>> import numpy as np
+    >>> x = np.ones(4, np.float32)                  # one row of 4
+    >>> columns = np.zeros(5 * 16, np.float32)      # 16 columns of 4 steps, then the bias
+    >>> columns[:64:16] = 1.0                       # column 0 sums the row
+    >>> columns[64 + 1] = 7.0                       # column 1 is its bias
+    >>> out = np.empty(2, np.float32)
+    >>> counters, bell = np.zeros(2, np.int64), np.zeros(1, np.int64)
+    >>> row_jobs(x, 1, 4, columns, 2, out, out[:0], 0, out[:0], counters, 1, bell, True, 0, 0)
+    True
+    >>> out.tolist()
+    [4.0, 7.0]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .job_protocol import JOBS, claim, done, finish, ring
+from .kernel_parts import (
+    FLOATS,
+    FLOATS_IN,
+    V8,
+    accumulate,
+    array_data,
+    c64,
+    clip_of,
+    fma_of,
+    from_scratch,
+    splat,
+    store_vector,
+    stores,
+    vector_at,
+)
+
+__all__ = ["ROWS", "SPAN", "dense_jobs", "pack_rows", "panel", "row_jobs"]
+
+ROWS = 6
+"""Output channels of one pointwise tile (a broadcast weight each)."""
+SPAN = 16
+"""Pixels of one pointwise tile (two vectors of the data and of the output)."""
+@intrinsic
+def panel(typingctx: Any, weights: Any, w0: Any, depth: Any, x: Any, x0: Any, xplane: Any,
+           bias: Any, b0: Any, out: Any, o0: Any, oplane: Any, residual: Any, flags: Any,
+           bounds: Any) -> Any:
+    """One pointwise tile: output channels ``b0 .. b0+5`` (weights ``[depth, 6]`` from
+    ``w0``) of the 16 pixels from ``x0`` (``depth`` input channels ``xplane`` apart), stored
+    as two vectors per channel into ``out`` from ``o0`` (channels ``oplane`` apart) with the
+    epilogue of ``flags`` (+ ``residual`` at the same place, relu, clip to ``bounds``)."""
+    sig = types.void(weights, w0, depth, x, x0, xplane, bias, b0, out, o0, oplane, residual,
+                     flags, bounds)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        wp, xp, bp, op, rp, lp = (array_data(context, builder, signature, args, i).data
+                                  for i in (0, 3, 6, 8, 11, 13))
+        w0, depth, x0, xplane, b0, o0, oplane, flags = (args[i]
+                                                        for i in (1, 2, 4, 5, 7, 9, 10, 12))
+        fma = fma_of(builder)
+        start = [splat(builder, builder.load(builder.gep(bp, [builder.add(b0, c64(r))])))
+                 for r in range(ROWS)]
+
+        def channel(t: Any, accs: list[Any]) -> list[Any]:
+            xi = builder.add(x0, builder.mul(t, xplane))
+            data = [builder.load(vector_at(builder, xp, builder.add(xi, c64(8 * h))), align=4)
+                    for h in range(2)]
+            wi = builder.add(w0, builder.mul(t, c64(ROWS)))
+            new: list[Any] = []
+            for r in range(ROWS):
+                weight = splat(builder, builder.load(builder.gep(wp, [builder.add(wi,
+                                                                                   c64(r))])))
+                new.extend(builder.call(fma, [weight, data[h], accs[2 * r + h]])
+                           for h in range(2))
+            return new
+
+        accs = accumulate(builder, depth, [s for s in start for _ in range(2)], channel)
+        clip, low, high = clip_of(builder, flags, lp, True)
+
+        def store(residual: bool, relu: Any) -> None:
+            for r in range(ROWS):
+                for h in range(2):
+                    index = builder.add(o0, builder.add(builder.mul(oplane, c64(r)),
+                                                        c64(8 * h)))
+                    store_vector(builder, accs[2 * r + h], op, rp, index, residual, relu, clip, low,
+                                 high)
+
+        stores(builder, flags, store)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(types.void(types.Array(types.float32, 2, "A", readonly=True), FLOATS),
+            cache=True, nogil=True)
+def pack_rows(data: np.ndarray, packed: np.ndarray) -> None:
+    """``data`` ``[m, k]`` into ``packed`` ``[ceil(m/6), k + 1, 6]`` (flattened): 6 rows at a
+    time, a one as step ``k``, zeros past ``m`` (:func:`dense_jobs`' left operand)."""
+    m, k = data.shape
+    for block in range((m + ROWS - 1) // ROWS):
+        base, first = block * (k + 1) * ROWS, block * ROWS
+        height = min(ROWS, m - first)
+        if height == ROWS:
+            for t in range(k):
+                for r in range(ROWS):
+                    packed[base + t * ROWS + r] = data[first + r, t]
+        else:
+            packed[base:base + (k + 1) * ROWS] = 0.0
+            for t in range(k):
+                for r in range(height):
+                    packed[base + t * ROWS + r] = data[first + r, t]
+        for r in range(height):
+            packed[base + k * ROWS + r] = 1.0
+
+
+@intrinsic
+def _row_panel(typingctx: Any, x: Any, x0: Any, depth: Any, columns: Any, c0: Any, out: Any,
+               o0: Any, residual: Any, flags: Any, bounds: Any) -> Any:
+    """One row of a matrix-vector product by 16 packed columns: ``x[x0 .. x0+depth-1]``
+    times the panel ``columns[c0 ..]`` (``[depth + 1, 16]``, its last step the bias), two
+    steps at a time into four accumulators (two chains of fused multiply-adds each, so
+    their latency overlaps), stored as two vectors into ``out`` from ``o0`` with the
+    epilogue of ``flags`` (+ ``residual`` at the same place, relu, clip to ``bounds``)."""
+    sig = types.void(x, x0, depth, columns, c0, out, o0, residual, flags, bounds)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        xp, cp, op, rp, lp = (array_data(context, builder, signature, args, i).data
+                              for i in (0, 3, 5, 7, 9))
+        x0, depth, c0, o0, flags = (args[i] for i in (1, 2, 4, 6, 8))
+        fma = fma_of(builder)
+
+        def column(t: Any, h: int) -> Any:
+            at = builder.add(c0, builder.add(builder.mul(t, c64(SPAN)), c64(8 * h)))
+            return builder.load(vector_at(builder, cp, at), align=4)
+
+        def steps(first: Any, accs: list[Any]) -> list[Any]:
+            new = list(accs)
+            for s in range(len(accs) // 2):
+                t = builder.add(first, c64(s))
+                value = splat(builder, builder.load(builder.gep(xp, [builder.add(x0, t)])))
+                for h in range(2):
+                    new[2 * s + h] = builder.call(fma, [value, column(t, h), accs[2 * s + h]])
+            return new
+
+        zero = ir.Constant(V8, None)
+        pairs = builder.sdiv(depth, c64(2))
+        bias = [column(depth, h) for h in range(2)]
+        accs = accumulate(builder, pairs, [*bias, zero, zero],
+                           lambda i, a: steps(builder.mul(i, c64(2)), a))
+        accs = accumulate(builder, builder.sub(depth, builder.mul(pairs, c64(2))),
+                           [builder.fadd(accs[h], accs[2 + h]) for h in range(2)],
+                           lambda i, a: steps(builder.add(builder.mul(pairs, c64(2)), i), a))
+        clip, low, high = clip_of(builder, flags, lp, True)
+
+        def store(residual: bool, relu: Any) -> None:
+            for h in range(2):
+                index = builder.add(o0, c64(8 * h))
+                store_vector(builder, accs[h], op, rp, index, residual, relu, clip, low,
+                             high)
+
+        stores(builder, flags, store)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(types.boolean(FLOATS_IN, types.int64, types.int64, FLOATS_IN, types.int64,
+                          FLOATS, FLOATS_IN, types.int64, FLOATS_IN, *JOBS), cache=True,
+            nogil=True)
+def row_jobs(x: np.ndarray, m: int, depth: int, columns: np.ndarray, n: int, out: np.ndarray,
+             residual: np.ndarray, flags: int, bounds: np.ndarray, counters: np.ndarray,
+             grain: int, bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """A product of few rows ``out`` ``[m, n]`` = ``x`` ``[m, depth]`` by columns packed 16
+    at a time (``[ceil(n/16), depth + 1, 16]``, the bias the last step; as for
+    :func:`dense_jobs`), flattened, a matrix-vector product per row (:func:`_row_panel`):
+    each job is one panel of 16 columns, run for every row while it is in cache, so the
+    weight is read once whatever ``m``; the data is read in place. Jobs are claimed as in
+    :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six arguments these
+    are); the last panel, short of columns, is stored through a scratch row."""
+    if caller:
+        ring(bell)
+    tiles = (n + SPAN - 1) // SPAN
+    scratch = np.empty(SPAN, np.float32)
+    nothing = scratch[:0]
+    while True:
+        first, last = claim(counters, 0, grain, tiles)
+        if first >= last:
+            break
+        for tile in range(first, last):
+            c0 = tile * (depth + 1) * SPAN
+            count = min(SPAN, n - tile * SPAN)
+            for r in range(m):
+                o0 = r * n + tile * SPAN
+                if count == SPAN:
+                    _row_panel(x, r * depth, depth, columns, c0, out, o0, residual, flags,
+                               bounds)  # type: ignore[call-arg]  # (typingctx)
+                    continue
+                _row_panel(x, r * depth, depth, columns, c0, scratch, 0, nothing, 0,
+                           bounds)  # type: ignore[call-arg]
+                from_scratch(out, o0, n, scratch, 1, count, 0, 1, residual, flags, bounds)
+        done(counters, 0, last - first)
+    return finish(counters, tiles, bell, caller, call, spins)
+
+
+@numba.njit(types.boolean(FLOATS_IN, types.int64, FLOATS_IN, types.int64, types.int64,
+                          FLOATS_IN, FLOATS, FLOATS_IN, types.int64, FLOATS_IN, types.int64,
+                          *JOBS), cache=True, nogil=True)
+def dense_jobs(rows: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
+               zeros: np.ndarray, out: np.ndarray, residual: np.ndarray, flags: int,
+               bounds: np.ndarray, chunk: int, counters: np.ndarray, grain: int,
+               bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """A matrix product ``out`` ``[m, n]`` (flattened) of packed operands, on the pointwise
+    micro-kernel (:func:`panel`): ``rows`` the left operand packed 6 rows at a time
+    (``[ceil(m/6), depth, 6]``), ``columns`` the right one packed 16 columns at a time
+    (``[ceil(n/16), depth, 16]``), both zero past ``m`` and ``n``; ``zeros`` 6 zeros (the
+    micro-kernel's row bias: a column bias is the packing's last step of ``depth``, times a
+    row of ones). Jobs are one 16-column panel by ``chunk`` blocks of 6 rows (the panel stays
+    in cache over them), claimed as in :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs`
+    (whose last six arguments these
+    are); a tile short of rows or columns is stored through a scratch tile."""
+    if caller:
+        ring(bell)
+    blocks = (m + ROWS - 1) // ROWS
+    chunks = (blocks + chunk - 1) // chunk
+    tiles = (n + SPAN - 1) // SPAN
+    total = tiles * chunks
+    scratch = np.empty(ROWS * SPAN, np.float32)
+    nothing = scratch[:0]
+    while True:
+        first, last = claim(counters, 0, grain, total)
+        if first >= last:
+            break
+        for job in range(first, last):
+            tile = job % tiles
+            k = job // tiles
+            x0 = tile * depth * SPAN
+            count = min(SPAN, n - tile * SPAN)
+            for block in range(k * chunk, min(blocks, (k + 1) * chunk)):
+                height = min(ROWS, m - block * ROWS)
+                o0 = block * ROWS * n + tile * SPAN
+                w0 = block * depth * ROWS
+                if count == SPAN and height == ROWS:
+                    panel(rows, w0, depth, columns, x0, SPAN, zeros, 0, out, o0, n,
+                           residual, flags, bounds)  # type: ignore[call-arg]  # (typingctx)
+                    continue
+                panel(rows, w0, depth, columns, x0, SPAN, zeros, 0, scratch, 0, SPAN,
+                       nothing, 0, bounds)  # type: ignore[call-arg]
+                from_scratch(out, o0, n, scratch, height, count, SPAN, 1, residual, flags,
+                              bounds)
+        done(counters, 0, last - first)
+    return finish(counters, total, bell, caller, call, spins)
