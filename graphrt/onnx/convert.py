@@ -19,10 +19,12 @@ import orjson
 from .._version import __version__
 from ..bundle import Bundle, bundle_from_parts, prepare_bundle
 from ..errors import ConversionError, GraphrtError
+from ..kernels.cpu.jit import direct_conv
 from . import converters  # noqa: F401  (registers the converters)
 from .builder import Builder, TensorType
 from .emit import Emitted, emit
 from .fusion import fold_batch_norms, fuse_steps
+from .layout import block_layouts
 from .model import LoadedModel, dtype_name, load_model, to_array
 from .placement import check_devices, place_steps, placement_decisions
 from .qdq import fuse_qdq
@@ -267,6 +269,8 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
         fold_batch_norms(b, outputs)
     labels = {node.label: (node.op_type, node.name) for node in loaded.nodes}
     reasons = place_steps(b, kinds, placement or {}, labels)
+    if fuse and direct_conv() is not None:  # the compiled convolutions read blocked data
+        block_layouts(b, outputs)
     groups = fuse_steps(b, outputs) if fuse else [[i] for i in range(len(b.steps))]
     emitted = emit(b, outputs, groups, names, kinds)
     decisions = placement_decisions(emitted.nodes, reasons)
