@@ -10,12 +10,13 @@ and :func:`graphrt.kernels.cpu.direct_conv.dense_jobs` runs the tiles on the hel
 adding a residual and applying relu or a clip as it stores. OpenBLAS packs the weight again
 on every call (for 64 rows by 1024 that was a quarter of its time) and its workers spin for
 about 0.1 s after each call, taking the core a convolution's helper needs. Fewer than
-:data:`MIN_ROWS` rows run as matrix-vector products on the same packed weight. A weight that
-is not a param (fed at run time) takes the reference on BLAS, with the epilogue applied after
-it; so does every product of a graph
-that also runs a product on BLAS (attention's, whose operands are both activations): the
-helper threads spinning after a packed product and OpenBLAS's workers spinning after theirs
-took each other's cores, and a BERT-style encoder ran 1.5x slower than on BLAS alone.
+:data:`MIN_ROWS` rows run as matrix-vector products on the same packed weight in a graph
+with compiled convolutions, else on BLAS. A weight that is not a param (fed at run time)
+takes the reference on BLAS, with the epilogue applied after it; so does every product of a
+graph that also runs a product on BLAS (attention's, whose operands are both activations):
+the helper threads spinning after a packed product and OpenBLAS's workers spinning after
+theirs took each other's cores, and a BERT-style encoder ran 1.5x slower than on BLAS
+alone.
 
 Example:
     >>> import numpy as np
@@ -51,14 +52,21 @@ from .blas_threads import blas_holders
 from .crew import run_jobs
 from .jit import direct_conv
 
-__all__ = ["MIN_ROWS", "dense_call", "pack_columns"]
+__all__ = ["MAX_ROWS", "MIN_ROWS", "dense_call", "pack_columns"]
 
 MIN_ROWS = 16
-"""Rows (the product of the data's leading dimensions) below which a product runs as
-matrix-vector products, a row at a time over each packed panel of the weight
-(:func:`graphrt.kernels.cpu.direct_conv.row_jobs`): mostly a read of the weight, on every
-core. On one BLAS thread (a graph with convolutions keeps small GEMMs there) MobileNetV2's
-classifier, 1280 by 1000 at batch 1, took 0.52 ms, against 0.31 ms in ONNX Runtime."""
+"""Rows (the product of the data's leading dimensions) below which a product is mostly a read
+of the weight. In a graph whose convolutions hold small GEMMs to one BLAS thread (see
+:mod:`graphrt.kernels.cpu.provider`) it runs as matrix-vector products on the helper threads,
+a row at a time over each packed panel of the weight
+(:func:`graphrt.kernels.cpu.product_kernels.row_jobs`): MobileNetV2's classifier, 1280 by
+1000 at batch 1, took 0.52 ms on one BLAS thread and 0.33 ms so (ONNX Runtime: 0.31 ms).
+Elsewhere OpenBLAS's threaded matrix-vector kernel is the faster (the 4 x 1024 MLP at batch
+1: 1.1 ms on the reference, 1.7 ms on the helpers)."""
+MAX_ROWS = 256
+"""Rows from which a product runs on BLAS: there OpenBLAS's own packing is paid back and its
+kernel is the faster (8 branches of two 512 x 512 x 512 products: 79 ms packed, 63 ms on
+BLAS; the 4 x 1024 MLP at 64 rows: 9.2 ms packed, 13.7 ms on BLAS)."""
 _MIN_VECTOR_WORK = 1 << 18
 """Multiply-adds below which a matrix-vector product runs on the calling thread alone."""
 
@@ -105,12 +113,14 @@ def _epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | 
 
 def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
                epilogue: Epilogue, reference: Callable[..., None],
-               packing: Callable[[], bool] = lambda: True) -> Prepared | None:
+               packing: Callable[[], bool] = lambda: True,
+               few_rows: Callable[[], bool] = lambda: True) -> Prepared | None:
     """The kernel of ``op`` (``dense``, ``matmul``, ``batch_matmul``) at these static types,
     or None where the packed product cannot apply (another dtype, a transposed left
     operand, a right operand of more than 2 dimensions, no numba); it
     decides on every call whether the weight is a param and ``packing()`` allows it (see the
-    module docstring). Its workspace is the packed data."""
+    module docstring), and for fewer than :data:`MIN_ROWS` rows whether ``few_rows()``
+    does. Its workspace is the packed data."""
     kernels = direct_conv()
     if kernels is None or any(t.dtype != "float32" for t in (*inputs, out)):
         return None
@@ -125,7 +135,7 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
         return None
     m, k = prod(x.shape[:-1]), x.shape[-1]
     n = w.shape[0] if transposed else w.shape[1]
-    if out.shape != (*x.shape[:-1], n):
+    if out.shape != (*x.shape[:-1], n) or m >= MAX_ROWS:
         return None
     n_in, residual_at = len(inputs), epilogue.residual
     blocks = -(-m // _ROWS)
@@ -144,7 +154,8 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
         weight, bias = arrays[1], arrays[2] if has_bias else None
         residual = arrays[n_in] if residual_at else None
         result, rows = arrays[-2], arrays[-1]
-        if not (is_frozen(weight) and (bias is None or is_frozen(bias)) and packing()):
+        if not (is_frozen(weight) and (bias is None or is_frozen(bias)) and packing()
+                and (not few or few_rows())):
             reference(*arrays[:n_in], result)
             _epilogue_after(result, residual, epilogue)
             return

@@ -12,9 +12,10 @@
 - ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
   float64; :mod:`graphrt.kernels.cpu.row_kernels`).
 - ``dense``, ``matmul``, ``batch_matmul`` by a 2-D weight that is a param, float32, with at
-  least 16 rows: the packed product on the helper threads, with its ``+ residual`` / relu /
-  clip epilogue (:mod:`graphrt.kernels.cpu.dense`); otherwise the reference under the graph's
-  BLAS thread policy (below).
+  least 16 rows (or fewer, in a graph with compiled convolutions): the packed product on the
+  helper threads, with its ``+ residual`` / relu / clip epilogue
+  (:mod:`graphrt.kernels.cpu.dense`); otherwise the reference under the graph's BLAS thread
+  policy (below).
 - runs of elementwise steps: one compiled loop per run (static shapes only;
   :mod:`graphrt.kernels.cpu.loops`).
 
@@ -118,7 +119,7 @@ class CpuProvider:
             packed = None if dynamic else dense_call(
                 name, attrs, inputs, outputs[0], epilogue, self._gemm_of(op, attrs, inputs,
                                                                          outputs[0], xp),
-                lambda: not self.blas_gemms)
+                lambda: not self.blas_gemms, lambda: self.crew)
             if packed is not None:
                 return packed
             self.blas_gemms = True

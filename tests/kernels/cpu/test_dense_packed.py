@@ -12,7 +12,7 @@ import pytest
 import graphrt
 from graphrt.devices.frozen import freeze
 from graphrt.kernels import NO_EPILOGUE, Epilogue, chain
-from graphrt.kernels.cpu.dense import MIN_ROWS, dense_call
+from graphrt.kernels.cpu.dense import MAX_ROWS, MIN_ROWS, dense_call
 from graphrt.lib import TensorType
 from graphrt.ops import get_op
 
@@ -119,6 +119,10 @@ def test_where_the_packed_product_does_not_apply_the_reference_runs() -> None:
                                                                    "float32"),
                      NO_EPILOGUE, _reference("dense", op.attrs(), 2))
     assert few is not None and few.workspace[0].shape == (0,)  # no packed rows
+    many = np.zeros((MAX_ROWS, 8), np.float32)  # OpenBLAS's own kernel is the faster there
+    assert dense_call("dense", op.attrs(), _types(many, w), TensorType((MAX_ROWS, 4),
+                                                                       "float32"),
+                      NO_EPILOGUE, _reference("dense", op.attrs(), 2)) is None
     matmul = get_op("matmul")
     a, b = np.zeros((2, 32, 8), np.float32), np.zeros((2, 8, 4), np.float32)
     assert dense_call("matmul", matmul.attrs(), _types(a, b),
@@ -178,3 +182,27 @@ def test_an_mlp_graph_runs_on_it_and_matches_onnx_runtime() -> None:
         (got,) = module(x=x)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     del onnx
+
+
+def test_few_rows_take_blas_where_the_graph_says_so() -> None:
+    """A matrix-vector product runs on the helpers only where ``few_rows()`` allows it (a
+    graph with compiled convolutions); else on the reference, as BLAS's threaded kernel is
+    the faster there."""
+    op = get_op("dense")
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    w = _frozen(RNG.standard_normal((4, 8)).astype(np.float32))
+    calls: list[str] = []
+    reference = _reference("dense", op.attrs(), 2)
+
+    def spy(*arrays: Any) -> None:
+        calls.append("reference")
+        reference(*arrays)
+
+    for allowed in (True, False):
+        prepared = dense_call("dense", op.attrs(), _types(x, w), TensorType((2, 4), "float32"),
+                              NO_EPILOGUE, spy, few_rows=lambda allowed=allowed: allowed)
+        assert prepared is not None
+        out = np.empty((2, 4), np.float32)
+        _call(prepared, x, w, out)
+        np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
+    assert calls == ["reference"]
