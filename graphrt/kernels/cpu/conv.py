@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ...devices.frozen import derived
+from ...devices.frozen import derived, is_frozen
 from ...ops import TensorType
 from ...ops.base import gemm_dtype
 from ...ops.convolution import ConvPlan
@@ -393,15 +393,15 @@ def depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
 def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, Any],
                   weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                   out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None = None,
-                  relu: bool = False, clip: Clip = None) -> None:
+                  relu: bool = False, clip: Clip = None, packed: Packed = None) -> None:
     """The depthwise convolution ``plan``: as :func:`run_direct` (no workspace)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     channels = weight.shape[0]
-    packed, summed = _prepared(kernels, weight, bias, _LANES)
+    weights, summed = packed or _prepared(kernels, weight, bias, _LANES)
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.depthwise_jobs, plan.parallel, (
-        data, packed, summed, flat, channels, plan.geometry, plan.pixels, plan.taps,
+        data, weights, summed, flat, channels, plan.geometry, plan.pixels, plan.taps,
         *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out), counters,
         plan.grain))
 
@@ -495,13 +495,22 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
 
 def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
             weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool,
-            clip: Clip = None) -> None:
+            clip: Clip = None, packed: Packed = None) -> None:
     if isinstance(plan, DepthwisePlan):
-        run_depthwise(kernels, plan, x, weight, bias, out, residual, relu, clip)
+        run_depthwise(kernels, plan, x, weight, bias, out, residual, relu, clip, packed)
     elif isinstance(plan, PointwisePlan):
-        run_pointwise(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip)
+        run_pointwise(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)
     else:
-        run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip)
+        run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)
+
+
+def _block(plan: DirectPlan | PointwisePlan | DepthwisePlan) -> tuple[int, bool]:
+    """The packing of a plan's weight: output channels per block, and the blocked tap order."""
+    if isinstance(plan, DepthwisePlan):
+        return _LANES, False
+    if isinstance(plan, PointwisePlan):
+        return _ROWS, False
+    return _CHANNELS, plan.blocked
 
 
 def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
@@ -591,13 +600,24 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
         return None
     n_in = len(types)
     has_bias = n_in == 3
+    block, blocked_taps = _block(geometry)
+    # The packing of the last frozen weight and bias this kernel ran, found by identity: a
+    # graph hands the same param arrays on every run (5 us of lookups a call otherwise).
+    last: list[Any] = [None, None, None]
 
     def kernel(*arrays: Any) -> None:
+        weight, bias = arrays[1], arrays[2] if has_bias else None
         extra = arrays[n_in] if residual else None
         target, *space = arrays[n_in + residual:]
         into = target if target.flags.c_contiguous else np.empty(target.shape, np.float32)
-        _direct(kernels, geometry, arrays[0], arrays[1], arrays[2] if has_bias else None,
-                into, _buffer(geometry, space), extra, relu, clip)
+        if weight is last[0] and bias is last[1]:
+            packed = last[2]
+        else:
+            packed = _prepared(kernels, weight, bias, block, blocked_taps)
+            if is_frozen(weight) and (bias is None or is_frozen(bias)):
+                last[:] = weight, bias, packed
+        _direct(kernels, geometry, arrays[0], weight, bias, into, _buffer(geometry, space),
+                extra, relu, clip, packed)
         if into is not target:  # a plain call's output
             target[...] = into
 

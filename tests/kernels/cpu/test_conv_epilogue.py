@@ -280,3 +280,29 @@ def test_a_clip_epilogue_gives_the_separate_steps(case: tuple[Any, ...],
     (_, _, _, r), got, want = _epilogue_and_steps(case, residual, False, (0.0, 6.0), 5, 4.0)
     np.testing.assert_allclose(got, np.clip(want, 0, 6), rtol=1e-5, atol=1e-5)
     assert np.isnan(got).sum() == (np.isnan(r).sum() if residual else 0)
+
+
+@pytest.mark.parametrize("groups", [1, 8])
+def test_a_kernel_packs_a_weight_again_unless_it_is_a_param(groups: int) -> None:
+    """The packing is kept by the weight's identity only where the weight is frozen (a
+    param): a weight computed at run time may come back in the same array with new
+    values."""
+    from graphrt.devices.frozen import freeze
+
+    types = [TensorType((1, 8, 5, 5), "float32"), TensorType((8, 8 // groups, 3, 3),
+                                                             "float32")]
+    kernel = conv_epilogue(np, types, TensorType((1, 8, 5, 5), "float32"), groups, (1, 1),
+                           (1, 1), (1, 1), False, False)
+    if kernel is None:
+        pytest.skip("the compiled kernels are off")
+    x, w = np.ones((1, 8, 5, 5), np.float32), np.ones((8, 8 // groups, 3, 3), np.float32)
+    out = np.empty((1, 8, 5, 5), np.float32)
+    kernel(x, w, out)  # no workspace: allocated for the call
+    first = out[0, 0, 2, 2]
+    w *= 2  # the same array, new values: packed again
+    kernel(x, w, out)
+    assert out[0, 0, 2, 2] == 2 * first
+    frozen = w.copy()
+    freeze(frozen)
+    kernel(x, frozen, out)
+    assert out[0, 0, 2, 2] == 2 * first
