@@ -266,6 +266,7 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
     kinds = device_types or ["cpu"]
     if fuse and "cuda" not in kinds:  # on cuda, cuDNN's float convolutions are the fast path
         fuse_qdq(b, outputs)
+    if fuse:
         fold_batch_norms(b, outputs)
     labels = {node.label: (node.op_type, node.name) for node in loaded.nodes}
     reasons = place_steps(b, kinds, placement or {}, labels)

@@ -219,6 +219,21 @@ def test_batch_norm_folds_into_the_convolution_and_computes_the_same(bias: bool)
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("devices", [["cpu"], ["cuda", "cpu"]])
+def test_batch_norms_fold_for_every_device(devices: list[str]) -> None:
+    """Folding is no cpu matter: a model converted for cuda folds its batch norms too."""
+    stats = bn_stats(4)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"],
+                              ["y"])]
+    m = model(nodes, {"x": [1, 3, 6, 6]}, {"y": [1, 4, 6, 6]}, stats)
+    bundle = graphrt.from_onnx(m, devices=devices)
+    functions = bundle.lib.spec().functions
+    steps = [step.op for node in bundle.graph.nodes if node.func_name in functions
+             for step in functions[node.func_name].body]
+    assert steps == ["conv2d"]
+
+
 def test_per_channel_multiply_and_add_fold_too_in_either_operand_order() -> None:
     stats, xv = bn_stats(4), f32(1, 3, 5, 5)
     results = []
