@@ -74,6 +74,7 @@ __all__ = [
     "Resize2DAttrs",
     "conv2d_blocked",
     "conv2d_geometry",
+    "nchw_shape",
     "pool2d_windows",
 ]
 
@@ -445,6 +446,19 @@ def _conv_common(types: Sequence[TensorType], attrs: _Conv2DGeometry, transpose:
     return dtype, out_channels
 
 
+def nchw_shape(shape: tuple[int, ...], blocked: bool) -> tuple[int, ...]:
+    """The NCHW shape of a tensor of ``shape``, ``[N, C/8, H, W, 8]`` where ``blocked``.
+
+    Example:
+        >>> nchw_shape((1, 4, 7, 7, 8), True), nchw_shape((1, 32, 7, 7), False)
+        ((1, 32, 7, 7), (1, 32, 7, 7))
+    """
+    if not blocked:
+        return shape
+    n, blocks, *space, lanes = shape
+    return (n, blocks * lanes, *space)
+
+
 def _unblocked_type(x: TensorType, layout: str, what: str) -> TensorType:
     """``x`` as NCHW where ``layout`` is ``NCHW8c`` (``[N, C/8, H, W, 8]``), else itself."""
     if layout == "NCHW":
@@ -452,8 +466,7 @@ def _unblocked_type(x: TensorType, layout: str, what: str) -> TensorType:
     _rank(x, what, 5, " (NCHW8c)")
     if x.shape[4] != 8:
         raise OpError(f"{what} in NCHW8c must be [N, C/8, H, W, 8], given {_show(x)}")
-    n, blocks, h, w, _ = x.shape
-    return TensorType((n, blocks * 8, h, w), x.dtype)
+    return TensorType(nchw_shape(x.shape, True), x.dtype)
 
 
 def _infer_conv2d(types: Sequence[TensorType], attrs: Conv2DAttrs, data: Sequence[Any]
@@ -483,31 +496,37 @@ def conv2d_blocked(attrs: Conv2DAttrs) -> tuple[bool, bool]:
 
 def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2DAttrs) -> None:
     # The N-d convolution's kernel (GEMM over the batch, 1x1 without im2col, depthwise as
-    # shifted multiply-adds), with the workspace the executor planned in outputs[1:]. Blocked
-    # data and outputs are unblocked into NCHW temporaries around it (the cpu's compiled
-    # kernels read and write them as they are).
+    # shifted multiply-adds), with the workspace the executor planned in outputs[1:4]. Blocked
+    # data and outputs are unblocked into NCHW copies around it, planned after those three
+    # (the cpu's compiled kernels read and write them as they are); a plain call allocates.
     blocked_in, blocked_out = conv2d_blocked(attrs)
     x, out = inputs[0], outputs[0]
+    copies = list(outputs[4:])
     if blocked_in:
         n, blocks, h, w, lanes = x.shape
-        x = xp.empty_like(x, shape=(n, blocks, lanes, h, w))
-        x[...] = inputs[0].transpose(0, 1, 4, 2, 3)
-        x = x.reshape(n, blocks * lanes, h, w)
+        data = copies.pop(0) if copies else xp.empty_like(x, shape=(n, blocks * lanes, h, w))
+        data.reshape(n, blocks, lanes, h, w)[...] = x.transpose(0, 1, 4, 2, 3)
+        x = data
     target = out
     if blocked_out:
         n, blocks, oh, ow, lanes = out.shape
-        target = xp.empty_like(out, shape=(n, blocks * lanes, oh, ow))
-    run_conv(xp, [x, *inputs[1:]], [target, *outputs[1:]], *conv2d_geometry(attrs))
+        target = copies.pop(0) if copies else xp.empty_like(out, shape=(n, blocks * lanes,
+                                                                         oh, ow))
+    run_conv(xp, [x, *inputs[1:]], [target, *outputs[1:4]], *conv2d_geometry(attrs))
     if blocked_out:
         out[...] = target.reshape(n, blocks, lanes, oh, ow).transpose(0, 1, 3, 4, 2)
 
 
 def _conv2d_workspace(xp: Any, types: Sequence[TensorType], attrs: Conv2DAttrs
                       ) -> list[TensorType]:
+    """The convolution's three arrays, then an NCHW copy of blocked data and of a blocked
+    output."""
     out = _infer_conv2d(types, attrs, [None] * len(types))[0]
     data = _unblocked_type(types[0], attrs.data_layout, "data")
-    out = _unblocked_type(out, attrs.out_layout, "output")
-    return conv_workspace(xp, [data, *types[1:]], out, conv2d_geometry(attrs))
+    nchw = _unblocked_type(out, attrs.out_layout, "output")
+    copies = [t for t, blocked in zip((data, nchw), conv2d_blocked(attrs), strict=True)
+              if blocked]
+    return [*conv_workspace(xp, [data, *types[1:]], nchw, conv2d_geometry(attrs)), *copies]
 
 
 def _infer_conv2d_transpose(types: Sequence[TensorType], attrs: Conv2DTransposeAttrs,

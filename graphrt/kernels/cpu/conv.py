@@ -38,12 +38,12 @@ from ...ops.base import gemm_dtype
 from ...ops.convolution import ConvPlan
 from ...ops.convolution import conv_plan as reference_plan
 from ...ops.convolution import run_conv as reference_conv
+from ...ops.nn import nchw_shape
 from .crew import run_jobs
 from .jit import direct_conv as direct_kernels
 
 __all__ = ["DepthwisePlan", "DirectPlan", "HostConvPlan", "PointwisePlan",
-           "conv_epilogue", "conv_plan", "direct_plan", "logical", "pack_unbiased",
-           "pointwise_plan",
+           "conv_epilogue", "conv_plan", "direct_plan", "pack_unbiased", "pointwise_plan",
            "run_conv", "run_conv_with", "run_depthwise", "run_direct", "run_pointwise"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
@@ -142,7 +142,8 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
 
 
 _BLOCK = 8
-"""Channels side by side in a blocked padded copy (:attr:`DirectPlan.blocked`)."""
+"""Channels side by side in a blocked layout or padded copy (:attr:`DirectPlan.blocked`), a
+depthwise group, and the pixels of a depthwise tile (direct_conv.LANES)."""
 
 
 _PAD_JOB = 8192
@@ -181,15 +182,23 @@ def _pack_weight(kernels: ModuleType, weight: np.ndarray[Any, Any], block: int,
     return kernels.pack_weights(np.ascontiguousarray(taps), block)  # type: ignore[no-any-return]
 
 
+def _block(plan: DirectPlan | PointwisePlan | DepthwisePlan) -> tuple[int, bool]:
+    """The packing of a plan's weight: output channels per block, and the blocked tap order."""
+    if isinstance(plan, DepthwisePlan):
+        return _BLOCK, False
+    if isinstance(plan, PointwisePlan):
+        return _ROWS, False
+    return _CHANNELS, plan.blocked
+
+
 def pack_unbiased(kernels: ModuleType, plan: DirectPlan | PointwisePlan,
                   weight: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
                                                          np.ndarray[Any, Any]]:
     """``weight`` packed for ``plan`` with a zero bias, as :func:`run_direct`'s and
     :func:`run_pointwise`'s ``packed`` take them (for weights that are no param, which
     the caller keeps)."""
-    block = _ROWS if isinstance(plan, PointwisePlan) else _CHANNELS
-    return (_pack_weight(kernels, weight, block, getattr(plan, "blocked", False)),
-            zero_bias(weight.shape[0], block))
+    block, blocked = _block(plan)
+    return _pack_weight(kernels, weight, block, blocked), zero_bias(weight.shape[0], block)
 
 
 def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
@@ -229,7 +238,7 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     the weight and bias already packed for this plan (:func:`pack_unbiased`), else they are
     packed once per loaded param."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-    weights, summed = packed or _prepared(kernels, weight, bias, _CHANNELS, plan.blocked)
+    weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
     counters = np.zeros(4, np.int64)  # tiles claimed, done; padded copy's jobs claimed, done
@@ -310,7 +319,7 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
         strided = np.asarray(buffer).reshape(plan.workspace)
         strided[...] = np.asarray(x)[:, :, ::plan.strides[0], ::plan.strides[1]]
         data = strided.reshape(-1)
-    weights, summed = packed or _prepared(kernels, weight, bias, _ROWS)
+    weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.pointwise_jobs, plan.parallel, (
@@ -348,7 +357,6 @@ class DepthwisePlan:
     blocked_out: bool = False
 
 
-_LANES = 8  # channels of a depthwise group and pixels of its tile, as direct_conv.LANES
 _BAND_FLOATS = 8192
 """Floats (32 KiB) of a depthwise band's interleaved input, to which its rows are sized:
 the buffer and the band's results stay in the L2 cache."""
@@ -371,21 +379,21 @@ def depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     (kh, kw), (oh, ow), (sh, sw), (dh, dw) = w[2:], out[2:], strides, dilation
     wp = (ow - 1) * sw + (kw - 1) * dw + 1
     reach = (kh - 1) * dh + 1  # input rows of one output row
-    band = max(1, min(oh, (_BAND_FLOATS // (wp * _LANES) - reach) // sh + 1))
-    tiles = -(-band * ow // _LANES)
-    q = np.minimum(np.arange(tiles * _LANES), band * ow - 1)
-    pixels = (((q // ow) * sh * wp + (q % ow) * sw) * _LANES).astype(np.int64)
+    band = max(1, min(oh, (_BAND_FLOATS // (wp * _BLOCK) - reach) // sh + 1))
+    tiles = -(-band * ow // _BLOCK)
+    q = np.minimum(np.arange(tiles * _BLOCK), band * ow - 1)
+    pixels = (((q // ow) * sh * wp + (q % ow) * sw) * _BLOCK).astype(np.int64)
     ky, kx = np.divmod(np.arange(kh * kw), kw)
-    taps = ((ky * dh * wp + kx * dw) * _LANES).astype(np.int32)
+    taps = ((ky * dh * wp + kx * dw) * _BLOCK).astype(np.int32)
     geometry = np.array([*x[2:], oh, ow, sh, *begin, wp, band, (band - 1) * sh + reach,
                          blocked_in], np.int64)
     for array in (geometry, pixels, taps):
         array.flags.writeable = False
-    groups = x[0] * -(-x[1] // _LANES)
+    groups = x[0] * -(-x[1] // _BLOCK)
     jobs = groups * -(-oh // band)
     # a tile-tap (8 multiply-adds, and its share of the transposes) took about 4 direct
     # tile-taps' time, the interleaving about one per 16 input floats
-    work = groups * (-(-oh * ow // _LANES) * kh * kw * 4 + x[2] * x[3] * _LANES // 16)
+    work = groups * (-(-oh * ow // _BLOCK) * kh * kw * 4 + x[2] * x[3] * _BLOCK // 16)
     return DepthwisePlan(geometry, pixels, taps, None, jobs, max(1, min(8, jobs // 64)),
                          work >= _MIN_WORK and jobs > 1, blocked_out)
 
@@ -397,7 +405,7 @@ def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, A
     """The depthwise convolution ``plan``: as :func:`run_direct` (no workspace)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     channels = weight.shape[0]
-    weights, summed = packed or _prepared(kernels, weight, bias, _LANES)
+    weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
     counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
     run_jobs(kernels.depthwise_jobs, plan.parallel, (
@@ -504,15 +512,6 @@ def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePla
         run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)
 
 
-def _block(plan: DirectPlan | PointwisePlan | DepthwisePlan) -> tuple[int, bool]:
-    """The packing of a plan's weight: output channels per block, and the blocked tap order."""
-    if isinstance(plan, DepthwisePlan):
-        return _LANES, False
-    if isinstance(plan, PointwisePlan):
-        return _ROWS, False
-    return _CHANNELS, plan.blocked
-
-
 def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
              strides: tuple[int, ...], dilation: tuple[int, ...], begin: tuple[int, ...],
              residual: Any = None, relu: bool = False, clip: Clip = None) -> None:
@@ -593,14 +592,13 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
     if not (kernels is not None and x.dtype == "float32" and x.ndim == 4 + blocked[0]
             and 0 not in out.shape):
         return None
-    geometry = conv_plan(logical(x.shape, blocked[0]), types[1].shape,
-                         logical(out.shape, blocked[1]), "float32", "float32", True, groups,
+    geometry = conv_plan(nchw_shape(x.shape, blocked[0]), types[1].shape,
+                         nchw_shape(out.shape, blocked[1]), "float32", "float32", True, groups,
                          strides, dilation, begin, True, blocked).direct
     if geometry is None:  # grouped, not depthwise: the reference
         return None
     n_in = len(types)
     has_bias = n_in == 3
-    block, blocked_taps = _block(geometry)
     # The packing of the last frozen weight and bias this kernel ran, found by identity: a
     # graph hands the same param arrays on every run (5 us of lookups a call otherwise).
     last: list[Any] = [None, None, None]
@@ -613,7 +611,7 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
         if weight is last[0] and bias is last[1]:
             packed = last[2]
         else:
-            packed = _prepared(kernels, weight, bias, block, blocked_taps)
+            packed = _prepared(kernels, weight, bias, *_block(geometry))
             if is_frozen(weight) and (bias is None or is_frozen(bias)):
                 last[:] = weight, bias, packed
         _direct(kernels, geometry, arrays[0], weight, bias, into, _buffer(geometry, space),
@@ -623,15 +621,3 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
 
     return kernel
 
-
-def logical(shape: tuple[int, ...], blocked: bool) -> tuple[int, ...]:
-    """The NCHW shape of a tensor of ``shape``, ``[N, C/8, H, W, 8]`` where ``blocked``.
-
-    Example:
-        >>> logical((1, 4, 7, 7, 8), True), logical((1, 32, 7, 7), False)
-        ((1, 32, 7, 7), (1, 32, 7, 7))
-    """
-    if not blocked:
-        return shape
-    n, blocks, *space, lanes = shape
-    return (n, blocks * lanes, *space)

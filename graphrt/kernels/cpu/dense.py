@@ -140,15 +140,16 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     n_in, residual_at = len(inputs), epilogue.residual
     blocks = -(-m // _ROWS)
     chunk = max(1, min(blocks, _CHUNK_BYTES // ((k + 1) * _ROWS * 4)))
-    jobs = -(-n // _SPAN) * -(-blocks // chunk)
-    parallel, grain = m * n * k >= _MIN_WORK, max(1, min(8, jobs // 32))
+    few = m < MIN_ROWS  # matrix-vector products, a row at a time
+    if few:
+        parallel, grain = m * n * k >= _MIN_VECTOR_WORK, max(1, -(-n // _SPAN) // 16)
+    else:
+        jobs = -(-n // _SPAN) * -(-blocks // chunk)
+        parallel, grain = m * n * k >= _MIN_WORK, max(1, min(8, jobs // 32))
     flags = ((kernels.RELU if epilogue.relu else 0) | (kernels.CLIP if epilogue.clip else 0)
              | (kernels.RESIDUAL if residual_at else 0))
     bounds = np.asarray(epilogue.clip or (0.0, 0.0), np.float32)
     zeros = np.zeros(_ROWS, np.float32)
-    few = m < MIN_ROWS  # matrix-vector products, a row at a time
-    if few:
-        parallel, grain = m * n * k >= _MIN_VECTOR_WORK, max(1, -(-n // _SPAN) // 16)
 
     def call(*arrays: Any) -> None:
         weight, bias = arrays[1], arrays[2] if has_bias else None

@@ -74,9 +74,9 @@ from .kernel_parts import (
     fma_of,
     from_scratch,
     interleave8,
+    layouts,
     splat,
     store_vector,
-    stores,
     vector_at,
 )
 from .product_kernels import ROWS, SPAN, dense_jobs, pack_rows, panel, row_jobs
@@ -142,19 +142,15 @@ def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q
             return new
 
         accs = accumulate(builder, n_taps, start * PIXELS, tap)
-        scatter, plain, packed, second, spill, end = (
-            builder.append_basic_block(f"tile.{part}")
-            for part in ("scatter", "plain", "blocked", "second", "spill", "end"))
+        scatter, spill, end = (builder.append_basic_block(f"tile.{part}")
+                               for part in ("scatter", "spill", "end"))
         builder.cbranch(builder.icmp_signed("!=", halves, ir.Constant(halves.type, 0)),
                         scatter, spill)
         builder.position_at_end(scatter)
         clip, low, high = clip_of(builder, flags, lp, False)
         vclip, vlow, vhigh = clip_of(builder, flags, lp, True)
-        builder.cbranch(builder.icmp_signed("!=", builder.and_(flags, c64(BLOCKED)), c64(0)),
-                        packed, plain)
-        builder.position_at_end(plain)  # NCHW: scalar stores, all 16 channels
 
-        def store(residual: bool, relu: Any) -> None:
+        def store(residual: bool, relu: Any) -> None:  # NCHW: scalar stores, 16 channels
             # without a residual the epilogue runs on the vectors, before they are taken apart
             values = accs if residual else [finished(builder, acc, relu, vclip, vlow, vhigh)
                                             for acc in accs]
@@ -170,25 +166,25 @@ def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q
                                 builder.gep(rp, [index]))), relu, clip, low, high)
                         builder.store(value, builder.gep(op, [index]))
 
-        stores(builder, flags, store)
-        builder.branch(end)
-        builder.position_at_end(packed)  # blocked: a vector per pixel and 8 channels
-        half = [0]  # the half of the channels the store function emits
-
-        def blocked(residual: bool, relu: Any) -> None:
-            for p in range(PIXELS):
-                for h in half:
+        def blocked(residual: bool, relu: Any) -> None:  # a vector per pixel and 8 channels
+            def half(h: int) -> None:
+                for p in range(PIXELS):
                     index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * h)),
                                                         c64(8 * p)))
                     store_vector(builder, accs[2 * p + h], op, rp, index, residual, relu, vclip,
                                  vlow, vhigh)
 
-        stores(builder, flags, blocked)  # channels 0-7
-        builder.cbranch(builder.icmp_signed(">", halves, ir.Constant(halves.type, 1)), second,
-                        end)
-        builder.position_at_end(second)
-        half[0] = 1
-        stores(builder, flags, blocked)  # channels 8-15
+            half(0)
+            second, stored = (builder.append_basic_block(f"tile.{part}")
+                              for part in ("second", "stored"))
+            builder.cbranch(builder.icmp_signed(">", halves, ir.Constant(halves.type, 1)),
+                            second, stored)
+            builder.position_at_end(second)
+            half(1)
+            builder.branch(stored)
+            builder.position_at_end(stored)
+
+        layouts(builder, flags, store, blocked)
         builder.branch(end)
         builder.position_at_end(spill)
         for p in range(PIXELS):

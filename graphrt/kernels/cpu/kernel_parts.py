@@ -10,11 +10,11 @@ which :mod:`graphrt.kernels.cpu.jit` loads).
 
 Example:
     >>> import numpy as np
-    >>> planes = np.arange(64, dtype=np.float32)  # 8 channels of 8 pixels, plane by plane
-    >>> lanes = np.empty(64, np.float32)
-    >>> interleave_planes(planes, lanes)
-    >>> lanes[:9].tolist()  # pixel 0 of each channel, then pixel 1 of channel 0
-    [0.0, 8.0, 16.0, 24.0, 32.0, 40.0, 48.0, 56.0, 1.0]
+    >>> tile = np.array([1, -2, 3, -4], np.float32)  # 2 pixels of 2 channels, pixel-major
+    >>> out = np.empty(4, np.float32)                # 2 channel planes of 2 pixels (NCHW)
+    >>> from_scratch(out, 0, 2, tile, 2, 2, 1, 2, out[:0], RELU, out[:0])
+    >>> out.tolist()
+    [1.0, 3.0, 0.0, 0.0]
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ __all__ = [
     "fma_of",
     "from_scratch",
     "interleave8",
-    "interleave_planes",
     "layouts",
     "rectified",
     "splat",
@@ -252,13 +251,6 @@ def interleave8(typingctx: Any, x: Any, at: Any, stride: Any, lanes: Any, to: An
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-@numba.njit(types.void(FLOATS_IN, FLOATS), cache=True, nogil=True)
-def interleave_planes(planes: np.ndarray, lanes: np.ndarray) -> None:
-    """8 planes of 8 pixels into ``lanes``, the channels of each pixel side by side (one
-    :func:`interleave8`; the example's)."""
-    interleave8(planes, 0, 8, lanes, 0)  # type: ignore[call-arg]  # (typingctx)
 
 
 @numba.njit(cache=True, nogil=True)

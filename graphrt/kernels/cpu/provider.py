@@ -40,11 +40,11 @@ from typing import Any
 
 from ...ops import OpDef, TensorType, normalize_axis
 from ...ops.convolution import conv_geometry
-from ...ops.nn import conv2d_blocked, conv2d_geometry, pool2d_windows
+from ...ops.nn import conv2d_blocked, conv2d_geometry, nchw_shape, pool2d_windows
 from ...ops.pooling import axis_windows
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
 from .blas_threads import blas_held
-from .conv import conv_epilogue, conv_plan, logical, run_conv_with
+from .conv import conv_epilogue, conv_plan, run_conv_with
 from .crew import quiet
 from .dense import dense_call
 from .jit import direct_conv, rows_call
@@ -159,7 +159,7 @@ class CpuProvider:
               epilogue: Epilogue, dynamic: bool, xp: Any) -> Prepared | None:
         """The compiled convolution, planned here (per shape for a dynamic node)."""
         blocked = conv2d_blocked(attrs) if op.name == "conv2d" else (False, False)
-        x, out_shape = logical(inputs[0].shape, blocked[0]), logical(out.shape, blocked[1])
+        x, out_shape = nchw_shape(inputs[0].shape, blocked[0]), nchw_shape(out.shape, blocked[1])
         if prod(out_shape[2:]) > MAX_DIRECT_PIXELS:  # its tables would be too large
             return None
         geometry = (conv2d_geometry(attrs) if op.name == "conv2d"

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graphrt.kernels.cpu.conv import DepthwisePlan, DirectPlan, conv_epilogue, logical
+from graphrt.kernels.cpu.conv import DepthwisePlan, DirectPlan, conv_epilogue
 from graphrt.kernels.cpu.jit import direct_conv
 from graphrt.ops import TensorType
 from graphrt.ops.convolution import run_conv as reference_conv
+from graphrt.ops.nn import nchw_shape
 
 pytestmark = pytest.mark.skipif(direct_conv() is None, reason="the compiled kernels are off")
 RNG = np.random.default_rng(8)
@@ -80,7 +81,7 @@ def test_blocked_layouts_match_the_reference(case: tuple[Any, ...], layouts: tup
 
 
 def test_logical_shapes_and_plans() -> None:
-    assert logical((2, 3, 5, 5, 8), True) == (2, 24, 5, 5)
+    assert nchw_shape((2, 3, 5, 5, 8), True) == (2, 24, 5, 5)
     from graphrt.kernels.cpu.conv import conv_plan
     pointwise = conv_plan((1, 16, 28, 28), (32, 16, 1, 1), (1, 32, 28, 28), "float32",
                           "float32", True, 1, (1, 1), (1, 1), (0, 0), True, (True, True))
