@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
+from operator import is_
 from types import ModuleType
 from typing import Any
 
@@ -39,7 +40,7 @@ from ...ops.convolution import ConvPlan
 from ...ops.convolution import conv_plan as reference_plan
 from ...ops.convolution import run_conv as reference_conv
 from ...ops.nn import nchw_shape
-from .crew import run_jobs
+from .crew import JobCall
 from .jit import direct_conv as direct_kernels
 
 __all__ = ["DepthwisePlan", "DirectPlan", "HostConvPlan", "PointwisePlan",
@@ -237,16 +238,26 @@ def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     then ``+ residual`` (shaped as ``out``) and relu as the results are stored. ``packed``:
     the weight and bias already packed for this plan (:func:`pack_unbiased`), else they are
     packed once per loaded param."""
+    direct_call(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)()
+
+
+def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
+                weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
+                out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
+                residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
+                clip: Clip = None, packed: Packed = None) -> JobCall:
+    """:func:`run_direct`'s call, prepared: made again, it runs the same convolution of
+    whatever these arrays (C-contiguous) then hold."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
-    counters = np.zeros(4, np.int64)  # tiles claimed, done; padded copy's jobs claimed, done
-    run_jobs(kernels.conv_jobs, plan.parallel, (
+    # counters: tiles claimed, done; padded copy's jobs claimed, done
+    return JobCall(kernels.conv_jobs, plan.parallel, (
         data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
         summed, flat, weight.shape[0],
-        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out), plan.strip,
-        counters, plan.grain))
+        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out), plan.strip),
+        4, plan.grain)
 
 
 @dataclass(frozen=True)
@@ -313,18 +324,32 @@ def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, A
                   residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
                   clip: Clip = None, packed: Packed = None) -> None:
     """The pointwise convolution ``plan``: as :func:`run_direct`."""
-    if buffer is None:
-        data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-    else:
-        strided = np.asarray(buffer).reshape(plan.workspace)
-        strided[...] = np.asarray(x)[:, :, ::plan.strides[0], ::plan.strides[1]]
-        data = strided.reshape(-1)
+    if buffer is not None:
+        restride(plan, x, buffer)
+    pointwise_call(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)()
+
+
+def restride(plan: PointwisePlan, x: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any]
+             ) -> None:
+    """Copy every stride-th pixel of ``x`` into a strided plan's ``buffer``, before each call
+    of :func:`pointwise_call`."""
+    strided = np.asarray(buffer).reshape(plan.workspace)
+    strided[...] = np.asarray(x)[:, :, ::plan.strides[0], ::plan.strides[1]]
+
+
+def pointwise_call(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, Any],
+                   weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
+                   out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
+                   residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
+                   clip: Clip = None, packed: Packed = None) -> JobCall:
+    """:func:`run_pointwise`'s call, prepared (as :func:`direct_call`); a strided plan reads
+    ``buffer``, which :func:`restride` fills first on every call."""
+    data = (np.ascontiguousarray(np.asarray(x)) if buffer is None else buffer).reshape(-1)
     weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
-    counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
-    run_jobs(kernels.pointwise_jobs, plan.parallel, (
+    return JobCall(kernels.pointwise_jobs, plan.parallel, (  # counters: jobs claimed, done
         data, plan.length, plan.depth, weights, summed, flat, weight.shape[0],
-        *_epilogue(kernels, flat, residual, relu, clip), plan.chunk, counters, plan.grain))
+        *_epilogue(kernels, flat, residual, relu, clip), plan.chunk), 2, plan.grain)
 
 
 @dataclass(frozen=True)
@@ -403,15 +428,20 @@ def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, A
                   out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None = None,
                   relu: bool = False, clip: Clip = None, packed: Packed = None) -> None:
     """The depthwise convolution ``plan``: as :func:`run_direct` (no workspace)."""
+    depthwise_call(kernels, plan, x, weight, bias, out, residual, relu, clip, packed)()
+
+
+def depthwise_call(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, Any],
+                   weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
+                   out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None = None,
+                   relu: bool = False, clip: Clip = None, packed: Packed = None) -> JobCall:
+    """:func:`run_depthwise`'s call, prepared (as :func:`direct_call`)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-    channels = weight.shape[0]
     weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
-    counters = np.zeros(2, np.int64)  # jobs claimed, jobs done
-    run_jobs(kernels.depthwise_jobs, plan.parallel, (
-        data, weights, summed, flat, channels, plan.geometry, plan.pixels, plan.taps,
-        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out), counters,
-        plan.grain))
+    return JobCall(kernels.depthwise_jobs, plan.parallel, (  # counters: jobs claimed, done
+        data, weights, summed, flat, weight.shape[0], plan.geometry, plan.pixels, plan.taps,
+        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out)), 2, plan.grain)
 
 
 @lru_cache(maxsize=64)
@@ -504,12 +534,21 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
 def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
             weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool,
             clip: Clip = None, packed: Packed = None) -> None:
+    if isinstance(plan, PointwisePlan) and buffer is not None:
+        restride(plan, x, buffer)
+    _call(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)()
+
+
+def _call(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
+          weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool,
+          clip: Clip = None, packed: Packed = None) -> JobCall:
     if isinstance(plan, DepthwisePlan):
-        run_depthwise(kernels, plan, x, weight, bias, out, residual, relu, clip, packed)
-    elif isinstance(plan, PointwisePlan):
-        run_pointwise(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)
-    else:
-        run_direct(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)
+        return depthwise_call(kernels, plan, x, weight, bias, out, residual, relu, clip, packed)
+    if isinstance(plan, PointwisePlan):
+        return pointwise_call(kernels, plan, x, weight, bias, out, buffer, residual, relu,
+                              clip, packed)
+    return direct_call(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip,
+                       packed)
 
 
 def run_conv(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], groups: int,
@@ -599,25 +638,43 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
         return None
     n_in = len(types)
     has_bias = n_in == 3
-    # The packing of the last frozen weight and bias this kernel ran, found by identity: a
-    # graph hands the same param arrays on every run (5 us of lookups a call otherwise).
-    last: list[Any] = [None, None, None]
+    strided = geometry if isinstance(geometry, PointwisePlan) and geometry.workspace else None
+    # The last call's arrays and its prepared job call: a graph hands the same arrays (its
+    # storage, its frozen params) on every run, and rebuilding the call's two dozen
+    # arguments took 10 us of a 15 us call. One tuple, replaced whole (threads may share it).
+    last: list[tuple[tuple[Any, ...], JobCall | None]] = [((), None)]
 
     def kernel(*arrays: Any) -> None:
+        seen, call = last[0]
+        if call is None or len(seen) != len(arrays) or not all(map(is_, arrays, seen)):
+            call = _prepare(arrays)
+        if call is not None:
+            if strided is not None:
+                restride(strided, arrays[0], arrays[-1])
+            call()
+            return
+        # a plain call: its output no C-contiguous array, or no workspace given
+        target = arrays[n_in + residual]
+        into = target if target.flags.c_contiguous else np.empty(target.shape, np.float32)
+        _direct(kernels, geometry, arrays[0], arrays[1], arrays[2] if has_bias else None, into,
+                _buffer(geometry, arrays[n_in + residual + 1:]),
+                arrays[n_in] if residual else None, relu, clip)
+        if into is not target:
+            target[...] = into
+
+    def _prepare(arrays: tuple[Any, ...]) -> JobCall | None:
+        """The job call of these arrays, kept for the next call where the weight and bias are
+        frozen params and every array is C-contiguous (read in place, not copied)."""
         weight, bias = arrays[1], arrays[2] if has_bias else None
         extra = arrays[n_in] if residual else None
         target, *space = arrays[n_in + residual:]
-        into = target if target.flags.c_contiguous else np.empty(target.shape, np.float32)
-        if weight is last[0] and bias is last[1]:
-            packed = last[2]
-        else:
-            packed = _prepared(kernels, weight, bias, *_block(geometry))
-            if is_frozen(weight) and (bias is None or is_frozen(bias)):
-                last[:] = weight, bias, packed
-        _direct(kernels, geometry, arrays[0], weight, bias, into, _buffer(geometry, space),
-                extra, relu, clip, packed)
-        if into is not target:  # a plain call's output
-            target[...] = into
+        if not target.flags.c_contiguous or (geometry.workspace is not None and not space):
+            return None
+        call = _call(kernels, geometry, arrays[0], weight, bias, target,
+                     _buffer(geometry, space), extra, relu, clip)
+        if (is_frozen(weight) and (bias is None or is_frozen(bias))
+                and all(a.flags.c_contiguous for a in arrays)):
+            last[0] = (arrays, call)
+        return call
 
     return kernel
-

@@ -306,3 +306,58 @@ def test_a_kernel_packs_a_weight_again_unless_it_is_a_param(groups: int) -> None
     freeze(frozen)
     kernel(x, frozen, out)
     assert out[0, 0, 2, 2] == 2 * first
+
+
+@pytest.mark.parametrize("case", [*CASES, ((1, 16, 6, 6), (16, 1, 3, 3), (1, 1), (1, 1))],
+                         ids=["direct", "pointwise", "pointwise-strided", "depthwise"])
+def test_a_kernel_keeps_its_prepared_call_while_the_arrays_are_the_same(
+        case: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph hands a kernel the same arrays on every run: the job call is prepared once
+    and made again on new data (a strided copy remade each time); any other array, or a
+    weight that is no param, prepares it again."""
+    from graphrt.devices.frozen import freeze
+    from graphrt.kernels.cpu import conv
+
+    xs, ws, strides, pads = case
+    groups = xs[1] if ws[1] == 1 and xs[1] > 1 else 1
+    out_shape = _out_shape(xs, ws, strides, pads)
+    types = [TensorType(xs, "float32"), TensorType(ws, "float32")]
+    kernel = conv_epilogue(np, types, TensorType(out_shape, "float32"), groups, strides,
+                           (1, 1), pads, False, True)
+    if kernel is None:
+        pytest.skip("the compiled kernels are off")
+    prepared: list[Any] = []
+    real = conv._call
+    monkeypatch.setattr(conv, "_call",  # (the reference's own calls into other outputs aside)
+                        lambda *a: (a[5] is out and prepared.append(a)) or real(*a))
+    plan = conv.conv_plan(xs, ws, out_shape, "float32", "float32", True, groups, strides,
+                          (1, 1), pads, True).direct
+    assert plan is not None
+    space = [np.empty(plan.workspace, np.float32)] if plan.workspace else []
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    freeze(w)
+    out = np.empty(out_shape, np.float32)
+
+    def want() -> np.ndarray:
+        return np.maximum(run_reference(x, w), 0)
+
+    def run_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        ref = np.empty(out_shape, np.float32)
+        run_conv(np, [x, w], [ref], groups, strides, (1, 1), pads)
+        return ref
+
+    for _ in range(3):  # new data in the same arrays, as each run of a graph
+        x[...] = RNG.standard_normal(xs)
+        kernel(x, w, out, *space)
+        np.testing.assert_allclose(out, want(), rtol=1e-5, atol=1e-5)
+    assert len(prepared) == 1
+    other = x.copy()  # another input array: prepared again
+    kernel(other, w, out, *space)
+    assert len(prepared) == 2
+    loose = w.copy()  # a weight that is no param: prepared on every call
+    kernel(other, loose, out, *space)
+    loose *= 2
+    kernel(other, loose, out, *space)
+    assert len(prepared) == 4
+    np.testing.assert_allclose(out, np.maximum(run_reference(other, loose), 0),
+                               rtol=1e-5, atol=1e-5)

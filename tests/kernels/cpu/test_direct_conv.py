@@ -142,6 +142,7 @@ def test_a_padded_copy_of_whole_channel_blocks_is_blocked_and_packs_its_weight_s
 def test_the_padded_copy_and_the_tiles_are_shared_whichever_thread_comes_first(
         helper_first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     from graphrt.kernels.cpu import conv as host_conv
+    from graphrt.kernels.cpu import crew
 
     calls: list[tuple[bool, bool]] = []
 
@@ -160,7 +161,7 @@ def test_the_padded_copy_and_the_tiles_are_shared_whichever_thread_comes_first(
     want = _run(x, w, None, (1, 1), (1,) * 4, (1, 1))  # the tiles' sums do not depend on who
     np.testing.assert_allclose(want, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
                                rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(host_conv, "run_jobs", in_turn)
+    monkeypatch.setattr(crew, "run_jobs", in_turn)
     np.testing.assert_array_equal(_run(x, w, None, (1, 1), (1,) * 4, (1, 1)), want)
     # The caller returns once all is done; a helper given no spins reports no next call.
     assert sorted(calls) == [(False, False), (True, True)]
