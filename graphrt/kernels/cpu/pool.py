@@ -1,5 +1,6 @@
 """The compiled max pool on the host: float32 2-D windows over every core
-(:mod:`graphrt.kernels.cpu.pool_kernels`), its windows decided at ``create()``.
+(:mod:`graphrt.kernels.cpu.pool_kernels`), its windows decided at ``create()``; and the
+compiled global average pool.
 
 Example:
     >>> import numpy as np
@@ -23,7 +24,7 @@ from ...ops.pooling import AxisWindow, window_reduce
 from . import jit
 from .crew import run_jobs
 
-__all__ = ["max_pool_call", "window_max"]
+__all__ = ["max_pool_call", "mean_pool_call", "window_max"]
 
 
 _POOL_JOBS = 64
@@ -89,3 +90,23 @@ def _run_max(kernels: ModuleType, x: Any, out: Any, windows: Sequence[AxisWindow
     run_jobs(kernels.max_pool_jobs, out.size * kh * kw >= _MIN_POOL_WORK, (
         np.ascontiguousarray(x).reshape(-1), out.reshape(-1), planes, h, w, oh, ow, kh, kw,
         sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64), max(1, jobs // _POOL_JOBS)))
+
+
+def mean_pool_call(x: TensorType, out: TensorType, *, dynamic: bool
+                   ) -> Callable[..., None] | None:
+    """A global average pool ``kernel(x, out)`` of float32 ``[N, C, H, W]`` data through the
+    compiled kernel, or None where it does not apply (numba missing, another dtype, dynamic
+    shapes, an empty input)."""
+    kernels = jit.pool_kernels()
+    if kernels is None or dynamic or x.dtype != "float32" or len(x.shape) != 4 or not all(
+            x.shape):
+        return None
+    length = x.shape[2] * x.shape[3]
+
+    def kernel(x: Any, out: Any) -> None:
+        into = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
+        kernels.plane_means(np.ascontiguousarray(x).reshape(-1), length, into.reshape(-1))
+        if into is not out:
+            out[...] = into
+
+    return kernel

@@ -8,7 +8,8 @@
   (2-D and batched operands, per-tensor ``a``) as one exact float32 BLAS product
   (:mod:`graphrt.kernels.cpu.qmatmul`).
 - ``max_pool``, ``max_pool2d``: the compiled max pool (float32, 2-D windows, no indices;
-  :mod:`graphrt.kernels.cpu.pool`).
+  :mod:`graphrt.kernels.cpu.pool`); ``global_avg_pool2d``: one compiled sum per plane
+  (float32, static shapes).
 - ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
   float64; :mod:`graphrt.kernels.cpu.row_kernels`).
 - ``dense``, ``matmul``, ``batch_matmul`` by a 2-D weight that is a param, float32, with at
@@ -49,7 +50,7 @@ from .crew import quiet
 from .dense import dense_call
 from .jit import direct_conv, rows_call
 from .loops import fused_runs
-from .pool import max_pool_call
+from .pool import max_pool_call, mean_pool_call
 from .qconv import qconv_call
 from .qmatmul import qmatmul_call
 
@@ -65,8 +66,8 @@ plan keeps an offset per output pixel (8 bytes each, made at create())."""
 
 _CONVS = frozenset({"conv", "conv2d"})
 _GEMMS = frozenset({"dense", "matmul", "batch_matmul"})
-_OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "softmax", "layer_norm", "qlinear_conv",
-                          "qlinear_matmul"}
+_OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "global_avg_pool2d", "softmax",
+                          "layer_norm", "qlinear_conv", "qlinear_matmul"}
 
 
 class CpuProvider:
@@ -131,6 +132,8 @@ class CpuProvider:
                        else axis_windows(attrs, len(attrs.kernel)))
             call = max_pool_call(inputs[0], outputs[0], windows, dynamic=dynamic)
             self.crew = self.crew or call is not None
+        elif name == "global_avg_pool2d":
+            call = mean_pool_call(inputs[0], outputs[0], dynamic=dynamic)
         elif name == "softmax":
             call = rows_call("softmax_rows", attrs.axis, inputs[0], (),
                              op.positional(xp, attrs, 1), dynamic=dynamic)

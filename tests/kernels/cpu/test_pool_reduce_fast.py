@@ -196,6 +196,40 @@ def test_the_max_pool_takes_the_numpy_path_where_the_kernel_does_not_apply(
     assert called
 
 
+@pytest.mark.parametrize("shape", [(1, 1280, 7, 7), (3, 5, 1, 1), (2, 9, 13, 11)])
+def test_the_compiled_global_average_pool_matches_float64(shape: tuple[int, ...]) -> None:
+    """One compiled sum per plane (by vector lanes) on cpu, the numpy mean on sim: both
+    within float32 rounding of the float64 mean, NaN and infinity kept, whatever the output's
+    strides."""
+    op = get_op("global_avg_pool2d")
+    out_type = TensorType((*shape[:2], 1, 1), "float32")
+    prepared = chain("cpu", np).prepare(op, op.attrs(), [TensorType(shape, "float32")],
+                                        [out_type])
+    if pooling.jit.pool_kernels() is None:
+        assert prepared is None
+        pytest.skip("the compiled kernels are off")
+    assert prepared is not None and prepared.provider == "cpu"
+    x = (RNG.standard_normal(shape) * 100 + 1000).astype(np.float32)
+    x.reshape(-1)[0], x.reshape(-1)[-1] = np.nan, np.inf
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    out = np.empty(out_type.shape, np.float32)
+    prepared.call(x, out)
+    np.testing.assert_allclose(out, want, rtol=2e-6)
+    strided = np.empty((shape[0], 2 * shape[1], 1, 1), np.float32)[:, ::2]
+    prepared.call(x, strided)
+    np.testing.assert_array_equal(strided, out)
+    (got,) = run_op("global_avg_pool2d", [x], None, graphrt.device("sim:0"))  # the reference
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+def test_the_global_average_pool_of_other_types_takes_the_reference() -> None:
+    op = get_op("global_avg_pool2d")
+    for x in (TensorType((1, 4, 3, 3), "float64"), TensorType((1, 4, 0, 3), "float32")):
+        out = TensorType((1, 4, 1, 1), x.dtype)
+        prepared = chain("cpu", np).prepare(op, op.attrs(), [x], [out])
+        assert prepared is not None and prepared.provider == "reference"
+
+
 @pytest.mark.parametrize("op", ["max_pool2d", "max_pool"])
 def test_the_compiled_max_pool_is_loaded_at_create_not_on_the_first_run(
         op: str, monkeypatch: pytest.MonkeyPatch) -> None:
