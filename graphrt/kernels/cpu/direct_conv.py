@@ -150,7 +150,7 @@ def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q
         clip, low, high = clip_of(builder, flags, lp, False)
         vclip, vlow, vhigh = clip_of(builder, flags, lp, True)
 
-        def store(residual: bool, relu: Any) -> None:  # NCHW: scalar stores, 16 channels
+        def store(residual: bool, relu: bool) -> None:  # NCHW: scalar stores, 16 channels
             # without a residual the epilogue runs on the vectors, before they are taken apart
             values = accs if residual else [finished(builder, acc, relu, vclip, vlow, vhigh)
                                             for acc in accs]
@@ -166,7 +166,7 @@ def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q
                                 builder.gep(rp, [index]))), relu, clip, low, high)
                         builder.store(value, builder.gep(op, [index]))
 
-        def blocked(residual: bool, relu: Any) -> None:  # a vector per pixel and 8 channels
+        def blocked(residual: bool, relu: bool) -> None:  # a vector per pixel and 8 channels
             def half(h: int) -> None:
                 for p in range(PIXELS):
                     index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * h)),

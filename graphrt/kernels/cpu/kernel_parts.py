@@ -142,18 +142,24 @@ def accumulate(builder: Any, count: Any, starts: list[Any],
 
 
 def stores(builder: Any, flags: Any, store: Any) -> None:
-    """Emit ``store(add_residual: bool, relu: i1)`` twice, behind a branch on the
-    :data:`RESIDUAL` bit of ``flags`` (the residual is only read where it is given)."""
-    relu = builder.icmp_signed("!=", builder.and_(flags, c64(RELU)), c64(0))
-    plain = builder.append_basic_block("store.plain")
-    summed = builder.append_basic_block("store.residual")
+    """Emit ``store(add_residual: bool, relu: bool)`` four times, behind branches on the
+    :data:`RESIDUAL` and :data:`RELU` bits of ``flags`` (the residual is only read where it
+    is given; a relu decided per store took 9 instructions a vector, a mask broadcast)."""
     end = builder.append_basic_block("store.end")
     has = builder.icmp_signed("!=", builder.and_(flags, c64(RESIDUAL)), c64(0))
+    relu = builder.icmp_signed("!=", builder.and_(flags, c64(RELU)), c64(0))
+    plain, summed = (builder.append_basic_block(f"store.{part}")
+                     for part in ("plain", "residual"))
     builder.cbranch(has, summed, plain)
     for block, residual in ((plain, False), (summed, True)):
         builder.position_at_end(block)
-        store(residual, relu)
-        builder.branch(end)
+        kept, rectify = (builder.append_basic_block(f"store.{part}")
+                         for part in ("kept", "relu"))
+        builder.cbranch(relu, rectify, kept)
+        for part, rectified_ in ((kept, False), (rectify, True)):
+            builder.position_at_end(part)
+            store(residual, rectified_)
+            builder.branch(end)
     builder.position_at_end(end)
 
 
@@ -171,18 +177,13 @@ def layouts(builder: Any, flags: Any, store: Any, blocked: Any) -> None:
     builder.position_at_end(end)
 
 
-def rectified(builder: Any, value: Any, relu: Any) -> Any:
+def rectified(builder: Any, value: Any, relu: bool) -> Any:
     """``value < 0 ? 0 : value`` where ``relu`` (NaN stays NaN, as the relu op), else
     ``value``."""
+    if not relu:
+        return value
     zero = ir.Constant(value.type, None)
-    below = builder.fcmp_ordered("<", value, zero)
-    if isinstance(value.type, ir.VectorType):
-        relu = builder.shuffle_vector(
-            builder.insert_element(ir.Constant(ir.VectorType(ir.IntType(1), 8), ir.Undefined),
-                                   relu, ir.Constant(I32, 0)),
-            ir.Constant(ir.VectorType(ir.IntType(1), 8), ir.Undefined),
-            ir.Constant(ir.VectorType(I32, 8), [0] * 8))
-    return builder.select(builder.and_(below, relu), zero, value)
+    return builder.select(builder.fcmp_ordered("<", value, zero), zero, value)
 
 
 def clip_of(builder: Any, flags: Any, bounds: Any, vector: bool) -> tuple[Any, Any, Any]:
@@ -195,7 +196,7 @@ def clip_of(builder: Any, flags: Any, bounds: Any, vector: bool) -> tuple[Any, A
     return clip, low, high
 
 
-def finished(builder: Any, value: Any, relu: Any, clip: Any, low: Any, high: Any) -> Any:
+def finished(builder: Any, value: Any, relu: bool, clip: Any, low: Any, high: Any) -> Any:
     """``value`` after relu (where ``relu``) and the clip to ``low .. high`` (where
     ``clip``), NaN staying NaN: the epilogue applied in registers as the results are
     stored."""
@@ -206,7 +207,7 @@ def finished(builder: Any, value: Any, relu: Any, clip: Any, low: Any, high: Any
 
 
 def store_vector(builder: Any, value: Any, out: Any, residual: Any, index: Any,
-                 add_residual: bool, relu: Any, clip: Any, low: Any, high: Any) -> None:
+                 add_residual: bool, relu: bool, clip: Any, low: Any, high: Any) -> None:
     """Store the vector ``value`` at ``out[index]`` after the epilogue: ``+ residual[index]``
     where ``add_residual``, then :func:`finished`'s relu and clip."""
     if add_residual:

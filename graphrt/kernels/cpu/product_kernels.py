@@ -87,7 +87,7 @@ def panel(typingctx: Any, weights: Any, w0: Any, depth: Any, x: Any, x0: Any, xp
         accs = accumulate(builder, depth, [s for s in start for _ in range(2)], channel)
         clip, low, high = clip_of(builder, flags, lp, True)
 
-        def store(residual: bool, relu: Any) -> None:
+        def store(residual: bool, relu: bool) -> None:
             for r in range(ROWS):
                 for h in range(2):
                     index = builder.add(o0, builder.add(builder.mul(oplane, c64(r)),
@@ -162,7 +162,7 @@ def _row_panel(typingctx: Any, x: Any, x0: Any, depth: Any, columns: Any, c0: An
                            lambda i, a: steps(builder.add(builder.mul(pairs, c64(2)), i), a))
         clip, low, high = clip_of(builder, flags, lp, True)
 
-        def store(residual: bool, relu: Any) -> None:
+        def store(residual: bool, relu: bool) -> None:
             for h in range(2):
                 index = builder.add(o0, c64(8 * h))
                 store_vector(builder, accs[h], op, rp, index, residual, relu, clip, low,
