@@ -410,8 +410,9 @@ def depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     pixels = (((q // ow) * sh * wp + (q % ow) * sw) * _BLOCK).astype(np.int64)
     ky, kx = np.divmod(np.arange(kh * kw), kw)
     taps = ((ky * dh * wp + kx * dw) * _BLOCK).astype(np.int32)
+    row = sw if kw == 3 and dw == 1 and sw in (1, 2) else 0  # the row tiles' stride
     geometry = np.array([*x[2:], oh, ow, sh, *begin, wp, band, (band - 1) * sh + reach,
-                         blocked_in], np.int64)
+                         blocked_in, row], np.int64)
     for array in (geometry, pixels, taps):
         array.flags.writeable = False
     groups = x[0] * -(-x[1] // _BLOCK)

@@ -8,7 +8,7 @@ Example:
     >>> weights = np.ones(9 * 8, np.float32)        # 3x3 taps of 8 channels, all ones
     >>> bias = np.zeros(8, np.float32)
     >>> out = np.empty(2, np.float32)               # a 1x1 output per channel
-    >>> geometry = np.array([3, 3, 1, 1, 1, 0, 0, 3, 1, 3, 0], np.int64)
+    >>> geometry = np.array([3, 3, 1, 1, 1, 0, 0, 3, 1, 3, 0, 1], np.int64)
     >>> pixels = np.zeros(8, np.int64)
     >>> taps = np.array([(r * 3 + c) * 8 for r in range(3) for c in range(3)], np.int32)
     >>> counters, bell = np.zeros(2, np.int64), np.zeros(1, np.int64)
@@ -86,40 +86,105 @@ def _depthwise_tile(typingctx: Any, weights: Any, w0: Any, data: Any, pixels: An
                 for p in range(LANES)]
 
         accs = accumulate(builder, n_taps, [start] * LANES, tap)
-        scatter = builder.append_basic_block("depthwise.scatter")
-        spill = builder.append_basic_block("depthwise.spill")
-        end = builder.append_basic_block("depthwise.end")
-        builder.cbranch(builder.icmp_signed("!=", full, ir.Constant(full.type, 0)), scatter,
-                        spill)
-        builder.position_at_end(scatter)
-        clip, low, high = clip_of(builder, flags, lp, True)
-
-        def store(residual: bool, relu: Any) -> None:
-            for c, value in enumerate(transpose(builder, accs)):
-                store_vector(builder, value, op, rp, builder.add(o0, builder.mul(plane, c64(c))),
-                             residual, relu, clip, low, high)
-
-        def blocked(residual: bool, relu: Any) -> None:
-            for p, value in enumerate(accs):
-                store_vector(builder, value, op, rp, builder.add(o0, c64(LANES * p)), residual,
-                             relu, clip, low, high)
-
-        layouts(builder, flags, store, blocked)
-        builder.branch(end)
-        builder.position_at_end(spill)
-        for p in range(LANES):
-            builder.store(accs[p], vector_at(builder, sp, c64(LANES * p)), align=4)
-        builder.branch(end)
-        builder.position_at_end(end)
+        _store_tile(builder, accs, op, o0, plane, full, sp, rp, flags, lp)
         return context.get_dummy_value()
 
     return sig, codegen
 
 
-DEPTHWISE_GEOMETRY = 11
+def _store_tile(builder: Any, accs: list[Any], op: Any, o0: Any, plane: Any, full: Any, sp: Any,
+                rp: Any, flags: Any, lp: Any) -> None:
+    """Emit the store of a depthwise tile's 8 pixel vectors ``accs``: into ``out`` (``op``)
+    from ``o0`` with the epilogue of ``flags`` where ``full`` (transposed into channel planes
+    ``plane`` apart, or a vector per pixel where the output is blocked), else into
+    ``scratch`` (``sp``) as summed."""
+    scatter = builder.append_basic_block("depthwise.scatter")
+    spill = builder.append_basic_block("depthwise.spill")
+    end = builder.append_basic_block("depthwise.end")
+    builder.cbranch(builder.icmp_signed("!=", full, ir.Constant(full.type, 0)), scatter,
+                    spill)
+    builder.position_at_end(scatter)
+    clip, low, high = clip_of(builder, flags, lp, True)
+
+    def store(residual: bool, relu: bool) -> None:
+        for c, value in enumerate(transpose(builder, accs)):
+            store_vector(builder, value, op, rp, builder.add(o0, builder.mul(plane, c64(c))),
+                         residual, relu, clip, low, high)
+
+    def blocked(residual: bool, relu: bool) -> None:
+        for p, value in enumerate(accs):
+            store_vector(builder, value, op, rp, builder.add(o0, c64(LANES * p)), residual,
+                         relu, clip, low, high)
+
+    layouts(builder, flags, store, blocked)
+    builder.branch(end)
+    builder.position_at_end(spill)
+    for p in range(LANES):
+        builder.store(accs[p], vector_at(builder, sp, c64(LANES * p)), align=4)
+    builder.branch(end)
+    builder.position_at_end(end)
+
+
+def _row_tile(stride: int) -> Any:
+    """The depthwise tile of 8 pixels side by side in one output row, ``stride`` columns
+    apart, of a kernel 3 taps wide (dilation 1): :func:`_depthwise_tile`'s arguments and
+    results, but per kernel row it loads the ``7 * stride + 3`` input vectors the 24
+    multiply-adds share once each, where the general tile loads one per multiply-add (the
+    loads, two per vector on a 128-bit load port, bounded it)."""
+    reads = (LANES - 1) * stride + 3
+
+    @intrinsic
+    def row_tile(typingctx: Any, weights: Any, w0: Any, data: Any, pixels: Any, q0: Any,
+                 taps: Any, bias: Any, b0: Any, out: Any, o0: Any, plane: Any, full: Any,
+                 scratch: Any, residual: Any, flags: Any, bounds: Any) -> Any:
+        sig = types.void(weights, w0, data, pixels, q0, taps, bias, b0, out, o0, plane, full,
+                         scratch, residual, flags, bounds)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            wp, xp, pp, tp, bp, op, sp, rp, lp = (
+                array_data(context, builder, signature, args, i).data
+                for i in (0, 2, 3, 5, 6, 8, 12, 13, 15))
+            w0, q0, b0, o0, plane, full, flags = (args[i] for i in (1, 4, 7, 9, 10, 11, 14))
+            n_taps = builder.extract_value(
+                array_data(context, builder, signature, args, 5).shape, 0)
+            fma = fma_of(builder)
+            corner = builder.load(builder.gep(pp, [q0]))
+            start = builder.load(vector_at(builder, bp, b0), align=4)
+
+            def kernel_row(i: Any, accs: list[Any]) -> list[Any]:
+                first = builder.mul(i, c64(3))  # the row's first tap
+                base = builder.add(corner, builder.sext(builder.load(builder.gep(tp, [first])),
+                                                        I64))
+                weight = [builder.load(vector_at(builder, wp, builder.add(
+                    w0, builder.mul(builder.add(first, c64(j)), c64(LANES)))), align=4)
+                    for j in range(3)]
+                data = [builder.load(vector_at(builder, xp, builder.add(base, c64(LANES * m))),
+                                     align=4) for m in range(reads)]
+                new = list(accs)
+                for j in range(3):
+                    for p in range(LANES):
+                        new[p] = builder.call(fma, [data[p * stride + j], weight[j], new[p]])
+                return new
+
+            rows = builder.sdiv(n_taps, c64(3))
+            accs = accumulate(builder, rows, [start] * LANES, kernel_row)
+            _store_tile(builder, accs, op, o0, plane, full, sp, rp, flags, lp)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return row_tile
+
+
+_row_tile_1, _row_tile_2 = _row_tile(1), _row_tile(2)
+
+
+DEPTHWISE_GEOMETRY = 12
 """Entries of a depthwise job's geometry: height, width, out height, out width, row stride,
-begin pads (per axis), padded width, output rows per band, input rows of a whole band, and
-whether the data is blocked (``[N, C/8, H, W, 8]``)."""
+begin pads (per axis), padded width, output rows per band, input rows of a whole band,
+whether the data is blocked (``[N, C/8, H, W, 8]``), and the column stride where the kernel
+is 3 taps wide with dilation 1 and that stride is 1 or 2 (the tiles of 8 pixels in one row
+then run :func:`_row_tile`), else 0."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -192,7 +257,7 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
     :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six arguments these are)."""
     if caller:
         ring(bell)
-    height, width, oh, ow, sh, ph, pw, wp, band, band_in, blocked_in = \
+    height, width, oh, ow, sh, ph, pw, wp, band, band_in, blocked_in, row = \
         geometry[:DEPTHWISE_GEOMETRY]
     blocked = flags & BLOCKED
     groups = (channels + LANES - 1) // LANES
@@ -216,11 +281,24 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
                         blocked_in != 0)
             step = LANES if blocked else 1  # an output pixel's stride
             o0 = (img * channels + group * LANES) * oh * ow + b * band * ow * step
+            column = 0  # of pixel q in its output row
             for q in range(0, count, LANES):
                 full = kept == LANES and q + LANES <= count
-                _depthwise_tile(weights, group * n_taps * LANES, lanes, pixels, q, taps, bias,
+                if full and row == 1 and column + LANES <= ow:
+                    _row_tile_1(weights, group * n_taps * LANES, lanes, pixels, q, taps, bias,
                                 group * LANES, out, o0 + q * step, oh * ow, full, scratch,
-                                residual, flags, bounds)  # type: ignore[call-arg]  # (typingctx)
+                                residual, flags, bounds)
+                elif full and row == 2 and column + LANES <= ow:
+                    _row_tile_2(weights, group * n_taps * LANES, lanes, pixels, q, taps, bias,
+                                group * LANES, out, o0 + q * step, oh * ow, full, scratch,
+                                residual, flags, bounds)
+                else:
+                    _depthwise_tile(weights, group * n_taps * LANES, lanes, pixels, q, taps,
+                                    bias, group * LANES, out, o0 + q * step, oh * ow, full,
+                                    scratch, residual, flags, bounds)  # type: ignore[call-arg]
+                column += LANES
+                while column >= ow:
+                    column -= ow
                 if not full:
                     from_scratch(out, o0 + q * step, oh * ow, scratch, kept,
                                   min(LANES, count - q), 1, LANES, residual, flags, bounds)

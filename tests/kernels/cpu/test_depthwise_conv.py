@@ -36,6 +36,8 @@ CASES = [
     ((1, 24, 17, 17), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),  # whole groups, stride 2
     ((1, 12, 40, 130), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),  # bands, a partial group
     ((1, 8, 30, 120), (5, 5), (2, 2), (1, 1), (2, 2), (2, 2)),  # bands of a wide kernel
+    ((1, 8, 6, 37), (3, 3), (2, 1), (1, 1), (1, 1), (1, 1)),  # row tiles, rows 2 apart
+    ((1, 16, 5, 35), (3, 3), (1, 2), (1, 1), (0, 1), (1, 0)),  # row tiles of stride 2
 ]
 
 
@@ -94,3 +96,21 @@ def test_a_grouped_convolution_that_is_not_depthwise_keeps_the_reference() -> No
     plan = conv_plan((1, 8, 6, 6), (8, 2, 3, 3), (1, 8, 4, 4), "float32", "float32", True, 4,
                      (1, 1), (1, 1), (0, 0), True)
     assert plan.direct is None and plan.reference is not None
+
+
+@pytest.mark.parametrize(("kernel", "strides", "dilation", "row"),
+                         [((3, 3), (1, 1), (1, 1), 1), ((3, 3), (2, 2), (1, 1), 2),
+                          ((3, 3), (1, 2), (1, 1), 2), ((3, 3), (2, 1), (1, 1), 1),
+                          ((3, 3), (1, 3), (1, 1), 0), ((3, 3), (1, 1), (1, 2), 0),
+                          ((5, 5), (1, 1), (1, 1), 0), ((1, 3), (1, 1), (1, 1), 1)])
+def test_the_row_tiles_run_kernels_three_taps_wide(kernel: tuple[int, int],
+                                                   strides: tuple[int, int],
+                                                   dilation: tuple[int, int], row: int) -> None:
+    """Tiles of 8 pixels in one output row share each kernel row's input vectors where the
+    kernel is 3 taps wide (dilation 1) and the column stride 1 or 2 (geometry's last
+    entry); other kernels keep the general tile."""
+    xs = (1, 8, 20, 40)
+    os_ = out_shape(xs, kernel, strides, dilation, (0, 0), (0, 0))
+    plan = conv_plan(xs, (8, 1, *kernel), os_, "float32", "float32", True, 8, strides,
+                     dilation, (0, 0), True).direct
+    assert isinstance(plan, DepthwisePlan) and int(plan.geometry[-1]) == row
