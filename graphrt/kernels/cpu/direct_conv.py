@@ -103,99 +103,118 @@ def pack_weights(weight: np.ndarray, block: int = CHANNELS) -> np.ndarray:
     return packed
 
 
-@intrinsic
-def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
-          taps: Any, bias: Any, b0: Any, out: Any, o0: Any, plane: Any, scratch: Any,
-          halves: Any, residual: Any, flags: Any, bounds: Any) -> Any:
-    """One tile: output channels ``b0 .. b0+15`` (weights from ``w0``) of pixels
-    ``q0 .. q0+5`` of the image at ``x0``; stored into ``out`` at ``o0`` (channel stride
-    ``plane``, with the epilogue of ``flags`` applied: + ``residual`` at the same place,
-    relu, clip to ``bounds``), the first 8 channels only where ``halves`` is 1 (the last
-    block of a multiple of 8 channels), all 16 where it is 2; where it is 0, into
-    ``scratch[pixel * 16 + channel]`` as summed."""
-    sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, b0, out, o0, plane, scratch,
-                     halves, residual, flags, bounds)
+def _tile_of(vectors: int) -> Any:
+    """The direct tile of ``vectors`` (2, or 1 for the last 8 channels of a weight) vectors
+    of 8 output channels x 6 pixels (see :data:`_tile`)."""
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        wp, xp, pp, tp, bp, op, sp, rp, lp = (array_data(context, builder, signature, args, i).data
-                                              for i in (0, 2, 4, 6, 7, 9, 12, 14, 16))
-        w0, x0, q0, b0, o0, plane, halves, flags = (args[i]
-                                                    for i in (1, 3, 5, 8, 10, 11, 13, 15))
-        n_taps = builder.extract_value(array_data(context, builder, signature, args, 6).shape, 0)
-        fma = fma_of(builder)
-        bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
-                 for p in range(PIXELS)]
-        start = [builder.load(vector_at(builder, bp, builder.add(b0, c64(8 * h))), align=4)
-                 for h in range(2)]
+    @intrinsic
+    def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
+             taps: Any, bias: Any, b0: Any, out: Any, o0: Any, plane: Any, scratch: Any,
+             halves: Any, residual: Any, flags: Any, bounds: Any) -> Any:
+        sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, b0, out, o0, plane,
+                         scratch, halves, residual, flags, bounds)
 
-        def tap(t: Any, accs: list[Any]) -> list[Any]:
-            wi = builder.add(w0, builder.mul(t, c64(CHANNELS)))
-            w = [builder.load(vector_at(builder, wp, builder.add(wi, c64(8 * h))), align=4)
-                 for h in range(2)]
-            offset = builder.sext(builder.load(builder.gep(tp, [t])), I64)
-            new: list[Any] = []
-            for p in range(PIXELS):
-                value = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
-                broadcast = splat(builder, value)
-                new.extend(builder.call(fma, [broadcast, w[h], accs[2 * p + h]])
-                           for h in range(2))
-            return new
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            wp, xp, pp, tp, bp, op, sp, rp, lp = (
+                array_data(context, builder, signature, args, i).data
+                for i in (0, 2, 4, 6, 7, 9, 12, 14, 16))
+            w0, x0, q0, b0, o0, plane, halves, flags = (args[i]
+                                                        for i in (1, 3, 5, 8, 10, 11, 13, 15))
+            n_taps = builder.extract_value(
+                array_data(context, builder, signature, args, 6).shape, 0)
+            fma = fma_of(builder)
+            bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
+                     for p in range(PIXELS)]
+            start = [builder.load(vector_at(builder, bp, builder.add(b0, c64(8 * h))), align=4)
+                     for h in range(vectors)]
 
-        accs = accumulate(builder, n_taps, start * PIXELS, tap)
-        scatter, spill, end = (builder.append_basic_block(f"tile.{part}")
-                               for part in ("scatter", "spill", "end"))
-        builder.cbranch(builder.icmp_signed("!=", halves, ir.Constant(halves.type, 0)),
-                        scatter, spill)
-        builder.position_at_end(scatter)
-        clip, low, high = clip_of(builder, flags, lp, False)
-        vclip, vlow, vhigh = clip_of(builder, flags, lp, True)
-
-        def store(residual: bool, relu: bool) -> None:  # NCHW: scalar stores, 16 channels
-            # without a residual the epilogue runs on the vectors, before they are taken apart
-            values = accs if residual else [finished(builder, acc, relu, vclip, vlow, vhigh)
-                                            for acc in accs]
-            for p in range(PIXELS):
-                for h in range(2):
-                    for lane in range(8):
-                        index = builder.add(o0, builder.add(
-                            builder.mul(plane, c64(8 * h + lane)), c64(p)))
-                        value = builder.extract_element(values[2 * p + h],
-                                                        ir.Constant(I32, lane))
-                        if residual:
-                            value = finished(builder, builder.fadd(value, builder.load(
-                                builder.gep(rp, [index]))), relu, clip, low, high)
-                        builder.store(value, builder.gep(op, [index]))
-
-        def blocked(residual: bool, relu: bool) -> None:  # a vector per pixel and 8 channels
-            def half(h: int) -> None:
+            def tap(t: Any, accs: list[Any]) -> list[Any]:
+                wi = builder.add(w0, builder.mul(t, c64(CHANNELS)))
+                w = [builder.load(vector_at(builder, wp, builder.add(wi, c64(8 * h))), align=4)
+                     for h in range(vectors)]
+                offset = builder.sext(builder.load(builder.gep(tp, [t])), I64)
+                new: list[Any] = []
                 for p in range(PIXELS):
-                    index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * h)),
-                                                        c64(8 * p)))
-                    store_vector(builder, accs[2 * p + h], op, rp, index, residual, relu, vclip,
-                                 vlow, vhigh)
+                    value = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
+                    broadcast = splat(builder, value)
+                    new.extend(builder.call(fma, [broadcast, w[h], accs[vectors * p + h]])
+                               for h in range(vectors))
+                return new
 
-            half(0)
-            second, stored = (builder.append_basic_block(f"tile.{part}")
-                              for part in ("second", "stored"))
-            builder.cbranch(builder.icmp_signed(">", halves, ir.Constant(halves.type, 1)),
-                            second, stored)
-            builder.position_at_end(second)
-            half(1)
-            builder.branch(stored)
-            builder.position_at_end(stored)
+            accs = accumulate(builder, n_taps, start * PIXELS, tap)
+            scatter, spill, end = (builder.append_basic_block(f"tile.{part}")
+                                   for part in ("scatter", "spill", "end"))
+            builder.cbranch(builder.icmp_signed("!=", halves, ir.Constant(halves.type, 0)),
+                            scatter, spill)
+            builder.position_at_end(scatter)
+            clip, low, high = clip_of(builder, flags, lp, False)
+            vclip, vlow, vhigh = clip_of(builder, flags, lp, True)
 
-        layouts(builder, flags, store, blocked)
-        builder.branch(end)
-        builder.position_at_end(spill)
-        for p in range(PIXELS):
-            for h in range(2):
-                builder.store(accs[2 * p + h], vector_at(builder, sp, c64(CHANNELS * p + 8 * h)),
-                              align=4)
-        builder.branch(end)
-        builder.position_at_end(end)
-        return context.get_dummy_value()
+            def store(residual: bool, relu: bool) -> None:  # NCHW: scalar stores
+                # without a residual the epilogue runs on the vectors, before they are
+                # taken apart
+                values = accs if residual else [finished(builder, acc, relu, vclip, vlow,
+                                                         vhigh) for acc in accs]
+                for p in range(PIXELS):
+                    for h in range(vectors):
+                        for lane in range(8):
+                            index = builder.add(o0, builder.add(
+                                builder.mul(plane, c64(8 * h + lane)), c64(p)))
+                            value = builder.extract_element(values[vectors * p + h],
+                                                            ir.Constant(I32, lane))
+                            if residual:
+                                value = finished(builder, builder.fadd(value, builder.load(
+                                    builder.gep(rp, [index]))), relu, clip, low, high)
+                            builder.store(value, builder.gep(op, [index]))
 
-    return sig, codegen
+            def blocked(residual: bool, relu: bool) -> None:  # a vector per pixel, 8 channels
+                def half(h: int) -> None:
+                    for p in range(PIXELS):
+                        index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * h)),
+                                                            c64(8 * p)))
+                        store_vector(builder, accs[vectors * p + h], op, rp, index, residual,
+                                     relu, vclip, vlow, vhigh)
+
+                half(0)
+                if vectors == 1:
+                    return
+                second, stored = (builder.append_basic_block(f"tile.{part}")
+                                  for part in ("second", "stored"))
+                builder.cbranch(builder.icmp_signed(">", halves, ir.Constant(halves.type, 1)),
+                                second, stored)
+                builder.position_at_end(second)
+                half(1)
+                builder.branch(stored)
+                builder.position_at_end(stored)
+
+            layouts(builder, flags, store, blocked)
+            builder.branch(end)
+            builder.position_at_end(spill)
+            for p in range(PIXELS):
+                for h in range(vectors):
+                    builder.store(accs[vectors * p + h],
+                                  vector_at(builder, sp, c64(CHANNELS * p + 8 * h)), align=4)
+            builder.branch(end)
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_tile = _tile_of(2)
+"""One tile: output channels ``b0 .. b0+15`` (weights from ``w0``) of pixels ``q0 .. q0+5``
+of the image at ``x0``; stored into ``out`` at ``o0`` (channel stride ``plane``, with the
+epilogue of ``flags`` applied: + ``residual`` at the same place, relu, clip to ``bounds``),
+the first 8 channels only where ``halves`` is 1 (a blocked output's last block of a multiple
+of 8 channels), all 16 where it is 2; where it is 0, into ``scratch[pixel * 16 + channel]``
+as summed."""
+
+_half_tile = _tile_of(1)
+""":data:`_tile` of the first 8 channels only (``halves`` 1 stores them, 0 spills them):
+the last block of a weight of 8 or fewer more channels (24-channel projections computed a
+third more than they kept)."""
 
 
 PADDING = 10
@@ -323,11 +342,16 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
             kept = min(CHANNELS, channels - block * CHANNELS)
             o0 = (img * channels + block * CHANNELS) * length + (
                 q0 * LANES if flags & BLOCKED else q0)
-            halves = (2 if count == PIXELS and kept == CHANNELS else
-                      1 if count == PIXELS and kept == LANES and flags & BLOCKED else 0)
-            _tile(weights, block * n_taps * CHANNELS, x, img * image, pixels, q0, taps, bias,
-                  block * CHANNELS, out, o0, length, scratch, halves, residual, flags,
-                  bounds)  # type: ignore[call-arg]  # (typingctx)
+            if kept <= LANES:
+                halves = 1 if count == PIXELS and kept == LANES else 0
+                _half_tile(weights, block * n_taps * CHANNELS, x, img * image, pixels, q0,
+                           taps, bias, block * CHANNELS, out, o0, length, scratch, halves,
+                           residual, flags, bounds)
+            else:
+                halves = 2 if count == PIXELS and kept == CHANNELS else 0
+                _tile(weights, block * n_taps * CHANNELS, x, img * image, pixels, q0, taps,
+                      bias, block * CHANNELS, out, o0, length, scratch, halves, residual,
+                      flags, bounds)
             if not halves:
                 from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, residual,
                              flags, bounds)
