@@ -11,7 +11,7 @@ shared counter, so a helper that starts late takes less or none of the work, and
 thread returns once every tile is done. Safe to call from several threads at once: one
 caller at a time has the helpers, the others run alone. A 1x1 convolution without padding
 runs the pointwise kernel the same way (:class:`PointwisePlan`), and either adds a residual
-and applies relu as it stores (:func:`run_direct`'s ``residual`` and ``relu``).
+and applies relu as it stores (:func:`run_plan`'s ``residual`` and ``relu``).
 
 Example:
     >>> plan = direct_plan((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 8, 8), (1, 1), (1, 1),
@@ -45,7 +45,7 @@ from .jit import direct_conv as direct_kernels
 
 __all__ = ["DepthwisePlan", "DirectPlan", "HostConvPlan", "PointwisePlan",
            "conv_epilogue", "conv_plan", "direct_plan", "pack_unbiased", "pointwise_plan",
-           "run_conv", "run_conv_with", "run_depthwise", "run_direct", "run_pointwise"]
+           "run_conv", "run_conv_with", "run_plan"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
 # and pointwise 6 output channels x 16 pixels.
@@ -195,9 +195,8 @@ def _block(plan: DirectPlan | PointwisePlan | DepthwisePlan) -> tuple[int, bool]
 def pack_unbiased(kernels: ModuleType, plan: DirectPlan | PointwisePlan,
                   weight: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
                                                          np.ndarray[Any, Any]]:
-    """``weight`` packed for ``plan`` with a zero bias, as :func:`run_direct`'s and
-    :func:`run_pointwise`'s ``packed`` take them (for weights that are no param, which
-    the caller keeps)."""
+    """``weight`` packed for ``plan`` with a zero bias, as :func:`run_plan`'s ``packed``
+    takes it (for weights that are no param, which the caller keeps)."""
     block, blocked = _block(plan)
     return _pack_weight(kernels, weight, block, blocked), zero_bias(weight.shape[0], block)
 
@@ -228,26 +227,13 @@ def _epilogue(kernels: ModuleType, out: np.ndarray[Any, Any],
     return np.ascontiguousarray(residual).reshape(-1), flags | kernels.RESIDUAL, bounds
 
 
-def run_direct(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
-               weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
-               out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
-               residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
-               clip: Clip = None, packed: Packed = None) -> None:
-    """The convolution ``plan`` of float32 ``x`` by ``weight`` (+ ``bias``) into ``out``
-    (C-contiguous), with ``buffer`` the planned workspace (None where the plan needs none),
-    then ``+ residual`` (shaped as ``out``) and relu as the results are stored. ``packed``:
-    the weight and bias already packed for this plan (:func:`pack_unbiased`), else they are
-    packed once per loaded param."""
-    direct_call(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)()
-
-
 def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
                 weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                 out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
                 residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
                 clip: Clip = None, packed: Packed = None) -> JobCall:
-    """:func:`run_direct`'s call, prepared: made again, it runs the same convolution of
-    whatever these arrays (C-contiguous) then hold."""
+    """:func:`run_plan`'s call of a direct plan, prepared: made again, it runs the same
+    convolution of whatever these arrays (C-contiguous) then hold."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
@@ -318,17 +304,6 @@ def pointwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
                          max(1, min(8, jobs // 32)), stretches * blocks * c >= _MIN_WORK)
 
 
-def run_pointwise(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, Any],
-                  weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
-                  out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
-                  residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
-                  clip: Clip = None, packed: Packed = None) -> None:
-    """The pointwise convolution ``plan``: as :func:`run_direct`."""
-    if buffer is not None:
-        restride(plan, x, buffer)
-    pointwise_call(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)()
-
-
 def restride(plan: PointwisePlan, x: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any]
              ) -> None:
     """Copy every stride-th pixel of ``x`` into a strided plan's ``buffer``, before each call
@@ -342,8 +317,8 @@ def pointwise_call(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, 
                    out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
                    residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
                    clip: Clip = None, packed: Packed = None) -> JobCall:
-    """:func:`run_pointwise`'s call, prepared (as :func:`direct_call`); a strided plan reads
-    ``buffer``, which :func:`restride` fills first on every call."""
+    """:func:`run_plan`'s call of a pointwise plan, prepared (as :func:`direct_call`); a
+    strided plan reads ``buffer``, which :func:`restride` fills first on every call."""
     data = (np.ascontiguousarray(np.asarray(x)) if buffer is None else buffer).reshape(-1)
     weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
@@ -424,19 +399,11 @@ def depthwise_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
                          work >= _MIN_WORK and jobs > 1, blocked_out)
 
 
-def run_depthwise(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, Any],
-                  weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
-                  out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None = None,
-                  relu: bool = False, clip: Clip = None, packed: Packed = None) -> None:
-    """The depthwise convolution ``plan``: as :func:`run_direct` (no workspace)."""
-    depthwise_call(kernels, plan, x, weight, bias, out, residual, relu, clip, packed)()
-
-
 def depthwise_call(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, Any],
                    weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                    out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None = None,
                    relu: bool = False, clip: Clip = None, packed: Packed = None) -> JobCall:
-    """:func:`run_depthwise`'s call, prepared (as :func:`direct_call`)."""
+    """:func:`run_plan`'s call of a depthwise plan, prepared (as :func:`direct_call`)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
@@ -532,9 +499,15 @@ def conv_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], dtyp
                                              dilation, begin))
 
 
-def _direct(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
-            weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool,
-            clip: Clip = None, packed: Packed = None) -> None:
+def run_plan(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
+             weight: Any, bias: Any, out: Any, buffer: Any, residual: Any = None,
+             relu: bool = False, clip: Clip = None, packed: Packed = None) -> None:
+    """The convolution ``plan`` (direct, pointwise or depthwise) of float32 ``x`` by
+    ``weight`` (+ ``bias``) into ``out`` (C-contiguous), with ``buffer`` the planned
+    workspace (None where the plan needs none), then ``+ residual`` (shaped as ``out``),
+    relu and the clip as the results are stored. ``packed``: the weight and bias already
+    packed for this plan (:func:`pack_unbiased`), else they are packed once per loaded
+    param."""
     if isinstance(plan, PointwisePlan) and buffer is not None:
         restride(plan, x, buffer)
     _call(kernels, plan, x, weight, bias, out, buffer, residual, relu, clip, packed)()
@@ -581,7 +554,7 @@ def run_conv_with(kernels: ModuleType | None, xp: Any, inputs: Sequence[Any],
     target = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
     buffer = _buffer(plan.direct, outputs[1:])
     bias = inputs[2] if len(inputs) == 3 else None
-    _direct(kernels, plan.direct, x, weight, bias, target, buffer, residual, relu, clip)
+    run_plan(kernels, plan.direct, x, weight, bias, target, buffer, residual, relu, clip)
     if target is not out:
         out[...] = target
 
@@ -657,7 +630,7 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
         # a plain call: its output no C-contiguous array, or no workspace given
         target = arrays[n_in + residual]
         into = target if target.flags.c_contiguous else np.empty(target.shape, np.float32)
-        _direct(kernels, geometry, arrays[0], arrays[1], arrays[2] if has_bias else None, into,
+        run_plan(kernels, geometry, arrays[0], arrays[1], arrays[2] if has_bias else None, into,
                 _buffer(geometry, arrays[n_in + residual + 1:]),
                 arrays[n_in] if residual else None, relu, clip)
         if into is not target:

@@ -61,9 +61,7 @@ from .conv import (
     PointwisePlan,
     conv_plan,
     pack_unbiased,
-    run_depthwise,
-    run_direct,
-    run_pointwise,
+    run_plan,
 )
 from .crew import run_jobs
 from .jit import direct_conv, quantized_kernels
@@ -274,12 +272,7 @@ def _sum_chunks(kernels: ModuleType, passes: ModuleType, shape: _Shape, chunks: 
         run_jobs(passes.shifted, _parallel(chunk.size), (
             flat, zero, n, c, k * count, count, h, w, sh, sw, oh, ow, chunk,
             np.zeros(2, np.int64), _grain(n * count)))
-        geometry = chunks.geometry
-        if isinstance(geometry, DepthwisePlan):
-            run_depthwise(kernels, geometry, chunk, weights, None, out)
-        elif isinstance(geometry, PointwisePlan):
-            run_pointwise(kernels, geometry, chunk, weights, None, out, None, packed=packed)
-        else:
-            run_direct(kernels, geometry, chunk, weights, None, out, buffer, packed=packed)
+        # (a chunk's data is strided already; only a direct plan may pad it into buffer)
+        run_plan(kernels, chunks.geometry, chunk, weights, None, out, buffer, packed=packed)
         if several:
             passes.add_exact(part, acc, k == 0)
