@@ -2,21 +2,24 @@
 
 ``dense`` (``x @ w.T + bias``) and ``matmul`` / ``batch_matmul`` by a 2-D right operand run
 here when that operand is a param (frozen: :mod:`graphrt.devices.frozen`) and everything is
-float32: the weight is packed 16 columns at a
-time with the bias as one more step of the reduction (:func:`pack_columns`, once per loaded
-param), the data 6 rows at a time with a column of ones on every call
-(:func:`graphrt.kernels.cpu.direct_conv.pack_rows`),
-and :func:`graphrt.kernels.cpu.direct_conv.dense_jobs` runs the tiles on the helper threads,
-adding a residual and applying relu or a clip as it stores. OpenBLAS packs the weight again
-on every call (for 64 rows by 1024 that was a quarter of its time) and its workers spin for
-about 0.1 s after each call, taking the core a convolution's helper needs. Fewer than
+float32: the weight is packed 16 columns at a time with the bias as one more step
+(:func:`pack_columns`, once per loaded param), and
+:func:`graphrt.kernels.cpu.direct_conv.dense_jobs` runs the tiles on the helper threads,
+reading the data in place, 6 rows at a time, starting from the bias, adding a residual and
+applying relu or a clip as it stores. OpenBLAS packs both operands again on every call (for
+64 rows by 1024 that was a quarter of its time) and its workers spin for about 0.1 s after
+each call, taking the cores the helper threads need. Packing the data too cost 42 us of the
+2.1 ms of a 64 x 1024 by 1024 x 1024 product, and 0.7 ms of 1024 x 1024 by 1024 x 256
+(then 10.2 ms, OpenBLAS 8.4 ms; read in place: 7.2 ms, OpenBLAS 7.3 ms). Fewer than
 :data:`MIN_ROWS` rows run as matrix-vector products on the same packed weight in a graph
-with compiled convolutions, else on BLAS. A weight that is not a param (fed at run time)
-takes the reference on BLAS, with the epilogue applied after it; so does every product of a
-graph that also runs a product on BLAS (attention's, whose operands are both activations):
+with compiled convolutions, else on BLAS.
+
+A weight that is not a param (fed at run time) takes the reference on BLAS, with the
+epilogue applied after it, and then so does every product of the graph (``packing()``):
 the helper threads spinning after a packed product and OpenBLAS's workers spinning after
-theirs took each other's cores, and a BERT-style encoder ran 1.5x slower than on BLAS
-alone.
+theirs took each other's cores, and a BERT-style encoder ran 1.5x slower than on BLAS alone.
+Attention's products, of two activations, run on the same micro-kernel
+(:mod:`graphrt.kernels.cpu.batch_product`), so that an encoder runs without BLAS.
 
 Example:
     >>> import numpy as np
@@ -31,8 +34,7 @@ Example:
     >>> prepared = dense_call("dense", None, types, TensorType((32, 3), "float32"),
     ...                       NO_EPILOGUE, lambda x, w, b, out: None)
     >>> out = np.empty((32, 3), np.float32)
-    >>> packed_data = np.empty(prepared.workspace[0].shape, np.float32)
-    >>> prepared.call(x, w, bias, out, packed_data)
+    >>> prepared.call(x, w, bias, out)
     >>> out[0].tolist()
     [4.0, 5.0, 6.0]
 """
@@ -52,7 +54,7 @@ from .blas_threads import blas_holders
 from .crew import run_jobs
 from .jit import direct_conv
 
-__all__ = ["MAX_ROWS", "MIN_ROWS", "dense_call", "pack_columns"]
+__all__ = ["MIN_ROWS", "dense_call", "epilogue_after", "pack_columns"]
 
 MIN_ROWS = 16
 """Rows (the product of the data's leading dimensions) below which a product is mostly a read
@@ -63,16 +65,12 @@ a row at a time over each packed panel of the weight
 1000 at batch 1, took 0.52 ms on one BLAS thread and 0.33 ms so (ONNX Runtime: 0.31 ms).
 Elsewhere OpenBLAS's threaded matrix-vector kernel is the faster (the 4 x 1024 MLP at batch
 1: 1.1 ms on the reference, 1.7 ms on the helpers)."""
-MAX_ROWS = 256
-"""Rows from which a product runs on BLAS: there OpenBLAS's own packing is paid back and its
-kernel is the faster (8 branches of two 512 x 512 x 512 products: 79 ms packed, 63 ms on
-BLAS; the 4 x 1024 MLP at 64 rows: 9.2 ms packed, 13.7 ms on BLAS)."""
 _MIN_VECTOR_WORK = 1 << 18
 """Multiply-adds below which a matrix-vector product runs on the calling thread alone."""
 
 _ROWS, _SPAN = 6, 16  # the micro-kernel's tile (direct_conv.ROWS, direct_conv.SPAN)
 _CHUNK_BYTES = 1 << 19
-"""Packed data bytes one job runs over one 16-column panel (which stays in cache)."""
+"""Data bytes one job runs over one 16-column panel (which stays in cache)."""
 _MIN_WORK = 1 << 21
 """Multiply-adds below which a product runs on the calling thread alone."""
 
@@ -100,8 +98,8 @@ def pack_columns(weight: np.ndarray[Any, Any], transposed: bool,
     return panel_major.ravel()
 
 
-def _epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,
-                    epilogue: Epilogue) -> None:
+def epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,
+                   epilogue: Epilogue) -> None:
     """The epilogue on a stored result (the reference's path)."""
     if residual is not None:
         np.add(out, residual, out=out)
@@ -120,7 +118,7 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     operand, a right operand of more than 2 dimensions, no numba); it
     decides on every call whether the weight is a param and ``packing()`` allows it (see the
     module docstring), and for fewer than :data:`MIN_ROWS` rows whether ``few_rows()``
-    does. Its workspace is the packed data."""
+    does."""
     kernels = direct_conv()
     if kernels is None or any(t.dtype != "float32" for t in (*inputs, out)):
         return None
@@ -135,7 +133,7 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
         return None
     m, k = prod(x.shape[:-1]), x.shape[-1]
     n = w.shape[0] if transposed else w.shape[1]
-    if out.shape != (*x.shape[:-1], n) or m >= MAX_ROWS:
+    if out.shape != (*x.shape[:-1], n):
         return None
     n_in, residual_at = len(inputs), epilogue.residual
     blocks = -(-m // _ROWS)
@@ -149,31 +147,29 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     flags = ((kernels.RELU if epilogue.relu else 0) | (kernels.CLIP if epilogue.clip else 0)
              | (kernels.RESIDUAL if residual_at else 0))
     bounds = np.asarray(epilogue.clip or (0.0, 0.0), np.float32)
-    zeros = np.zeros(_ROWS, np.float32)
 
     def call(*arrays: Any) -> None:
         weight, bias = arrays[1], arrays[2] if has_bias else None
         residual = arrays[n_in] if residual_at else None
-        result, rows = arrays[-2], arrays[-1]
+        result = arrays[-1]
         if not (is_frozen(weight) and (bias is None or is_frozen(bias)) and packing()
                 and (not few or few_rows())):
             reference(*arrays[:n_in], result)
-            _epilogue_after(result, residual, epilogue)
+            epilogue_after(result, residual, epilogue)
             return
         columns = derived(weight, ("dense", transposed, id(bias)), lambda: pack_columns(
             weight, transposed, bias))
         flat = result.reshape(-1)
         extra = (np.ascontiguousarray(residual).reshape(-1) if residual is not None
                  else flat[:0])
+        data = np.ascontiguousarray(arrays[0]).reshape(-1)
         if few:
             run_jobs(kernels.row_jobs, parallel and not blas_holders(), (
-                np.ascontiguousarray(arrays[0]).reshape(-1), m, k, columns, n, flat, extra,
-                flags, bounds, np.zeros(2, np.int64), grain))
+                data, m, k, columns, n, flat, extra, flags, bounds, np.zeros(2, np.int64),
+                grain))
             return
-        kernels.pack_rows(np.asarray(arrays[0]).reshape(m, k), rows)
         run_jobs(kernels.dense_jobs, parallel and not blas_holders(), (
-            rows, k + 1, columns, m, n, zeros, flat, extra, flags, bounds, chunk,
-            np.zeros(2, np.int64), grain))
+            data, k, columns, m, n, flat, extra, flags, bounds, chunk, np.zeros(2, np.int64),
+            grain))
 
-    packed_rows = TensorType((0 if few else blocks * (k + 1) * _ROWS,), "float32")
-    return Prepared(call, (packed_rows,), capturable=False, provider="cpu")
+    return Prepared(call, capturable=False, provider="cpu")

@@ -79,11 +79,11 @@ from .kernel_parts import (
     store_vector,
     vector_at,
 )
-from .product_kernels import ROWS, SPAN, dense_jobs, pack_rows, panel, row_jobs
+from .product_kernels import ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
 
 __all__ = ["BLOCKED", "CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "LANES", "PADDING", "PIXELS",
-           "RELU", "RESIDUAL", "ROWS", "SPAN", "conv_jobs", "dense_jobs", "depthwise_jobs",
-           "pack_rows", "pack_weights", "pointwise_jobs", "row_jobs"]
+           "RELU", "RESIDUAL", "ROWS", "SPAN", "batch_jobs", "conv_jobs", "dense_jobs",
+           "depthwise_jobs", "pack_weights", "pointwise_jobs", "row_jobs"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""

@@ -1,8 +1,9 @@
 """Compiled (numba) matrix products by a weight packed 16 columns at a time: the panel
 micro-kernel (6 rows x 16 columns, :func:`panel`, which the pointwise convolution shares),
-the job function of products of many rows (:func:`dense_jobs`) and of few rows
-(:func:`row_jobs`, a matrix-vector product per row). :mod:`graphrt.kernels.cpu.dense` runs
-them; imported only where numba is installed.
+the job function of products of many rows (:func:`dense_jobs`), of few rows
+(:func:`row_jobs`, a matrix-vector product per row) and of stacks of products of two
+activations (:func:`batch_jobs`, attention's). :mod:`graphrt.kernels.cpu.dense` and
+:mod:`graphrt.kernels.cpu.batch_product` run them; imported only where numba is installed.
 
 Example:
     >>> import numpy as np
@@ -45,46 +46,50 @@ from .kernel_parts import (
     vector_at,
 )
 
-__all__ = ["ROWS", "SPAN", "dense_jobs", "pack_rows", "panel", "row_jobs"]
+__all__ = ["ROWS", "SPAN", "batch_jobs", "dense_jobs", "panel", "row_jobs", "strided_panel"]
 
 ROWS = 6
 """Output channels of one pointwise tile (a broadcast weight each)."""
 SPAN = 16
 """Pixels of one pointwise tile (two vectors of the data and of the output)."""
-@intrinsic
-def panel(typingctx: Any, weights: Any, w0: Any, depth: Any, x: Any, x0: Any, xplane: Any,
-           bias: Any, b0: Any, out: Any, o0: Any, oplane: Any, residual: Any, flags: Any,
-           bounds: Any) -> Any:
-    """One pointwise tile: output channels ``b0 .. b0+5`` (weights ``[depth, 6]`` from
-    ``w0``) of the 16 pixels from ``x0`` (``depth`` input channels ``xplane`` apart), stored
-    as two vectors per channel into ``out`` from ``o0`` (channels ``oplane`` apart) with the
-    epilogue of ``flags`` (+ ``residual`` at the same place, relu, clip to ``bounds``)."""
-    sig = types.void(weights, w0, depth, x, x0, xplane, bias, b0, out, o0, oplane, residual,
-                     flags, bounds)
+def _tile_codegen(strided: bool) -> Any:
+    """The code of :func:`panel`, or with ``strided`` of :func:`strided_panel` (whose
+    arguments 2 and 3 are the broadcast operand's step and row strides, and whose bias is
+    a vector of 16 columns)."""
+    shift = 2 if strided else 0
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        wp, xp, bp, op, rp, lp = (array_data(context, builder, signature, args, i).data
-                                  for i in (0, 3, 6, 8, 11, 13))
-        w0, depth, x0, xplane, b0, o0, oplane, flags = (args[i]
-                                                        for i in (1, 2, 4, 5, 7, 9, 10, 12))
+        wp, xp, bp, op, rp, lp = (
+            array_data(context, builder, signature, args, i + (shift if i else 0)).data
+            for i in (0, 3, 6, 8, 11, 13))
+        w0 = args[1]
+        wstep, wrow = (args[2], args[3]) if strided else (c64(ROWS), c64(1))
+        depth, x0, xplane, b0, o0, oplane, flags = (args[i + shift]
+                                                    for i in (2, 4, 5, 7, 9, 10, 12))
         fma = fma_of(builder)
-        start = [splat(builder, builder.load(builder.gep(bp, [builder.add(b0, c64(r))])))
-                 for r in range(ROWS)]
+        if strided:  # a bias per column, the same for every row
+            columns = [builder.load(vector_at(builder, bp, builder.add(b0, c64(8 * h))),
+                                    align=4) for h in range(2)]
+            starts = [columns[h] for _ in range(ROWS) for h in range(2)]
+        else:  # a bias per row
+            starts = [splat(builder, builder.load(builder.gep(bp, [builder.add(b0, c64(r))])))
+                      for r in range(ROWS) for _ in range(2)]
+        rows = [builder.add(w0, builder.mul(wrow, c64(r))) for r in range(ROWS)]
 
         def channel(t: Any, accs: list[Any]) -> list[Any]:
             xi = builder.add(x0, builder.mul(t, xplane))
             data = [builder.load(vector_at(builder, xp, builder.add(xi, c64(8 * h))), align=4)
                     for h in range(2)]
-            wi = builder.add(w0, builder.mul(t, c64(ROWS)))
+            wi = builder.mul(t, wstep)
             new: list[Any] = []
             for r in range(ROWS):
-                weight = splat(builder, builder.load(builder.gep(wp, [builder.add(wi,
-                                                                                   c64(r))])))
+                weight = splat(builder, builder.load(builder.gep(wp, [builder.add(rows[r],
+                                                                                   wi)])))
                 new.extend(builder.call(fma, [weight, data[h], accs[2 * r + h]])
                            for h in range(2))
             return new
 
-        accs = accumulate(builder, depth, [s for s in start for _ in range(2)], channel)
+        accs = accumulate(builder, depth, starts, channel)
         clip, low, high = clip_of(builder, flags, lp, True)
 
         def store(residual: bool, relu: bool) -> None:
@@ -92,35 +97,36 @@ def panel(typingctx: Any, weights: Any, w0: Any, depth: Any, x: Any, x0: Any, xp
                 for h in range(2):
                     index = builder.add(o0, builder.add(builder.mul(oplane, c64(r)),
                                                         c64(8 * h)))
-                    store_vector(builder, accs[2 * r + h], op, rp, index, residual, relu, clip, low,
-                                 high)
+                    store_vector(builder, accs[2 * r + h], op, rp, index, residual, relu, clip,
+                                 low, high)
 
         stores(builder, flags, store)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
 
 
-@numba.njit(types.void(types.Array(types.float32, 2, "A", readonly=True), FLOATS),
-            cache=True, nogil=True)
-def pack_rows(data: np.ndarray, packed: np.ndarray) -> None:
-    """``data`` ``[m, k]`` into ``packed`` ``[ceil(m/6), k + 1, 6]`` (flattened): 6 rows at a
-    time, a one as step ``k``, zeros past ``m`` (:func:`dense_jobs`' left operand)."""
-    m, k = data.shape
-    for block in range((m + ROWS - 1) // ROWS):
-        base, first = block * (k + 1) * ROWS, block * ROWS
-        height = min(ROWS, m - first)
-        if height == ROWS:
-            for t in range(k):
-                for r in range(ROWS):
-                    packed[base + t * ROWS + r] = data[first + r, t]
-        else:
-            packed[base:base + (k + 1) * ROWS] = 0.0
-            for t in range(k):
-                for r in range(height):
-                    packed[base + t * ROWS + r] = data[first + r, t]
-        for r in range(height):
-            packed[base + k * ROWS + r] = 1.0
+@intrinsic
+def panel(typingctx: Any, weights: Any, w0: Any, depth: Any, x: Any, x0: Any, xplane: Any,
+          bias: Any, b0: Any, out: Any, o0: Any, oplane: Any, residual: Any, flags: Any,
+          bounds: Any) -> Any:
+    """One pointwise tile: output channels ``b0 .. b0+5`` (weights ``[depth, 6]`` from
+    ``w0``) of the 16 pixels from ``x0`` (``depth`` input channels ``xplane`` apart), stored
+    as two vectors per channel into ``out`` from ``o0`` (channels ``oplane`` apart) with the
+    epilogue of ``flags`` (+ ``residual`` at the same place, relu, clip to ``bounds``)."""
+    return types.void(weights, w0, depth, x, x0, xplane, bias, b0, out, o0, oplane, residual,
+                      flags, bounds), _tile_codegen(False)
+
+
+@intrinsic
+def strided_panel(typingctx: Any, weights: Any, w0: Any, wstep: Any, wrow: Any, depth: Any,
+                  x: Any, x0: Any, xplane: Any, bias: Any, b0: Any, out: Any, o0: Any,
+                  oplane: Any, residual: Any, flags: Any, bounds: Any) -> Any:
+    """:func:`panel` with row ``r``'s weight of step ``t`` at
+    ``weights[w0 + t * wstep + r * wrow]`` (6 rows of a matrix read in place: ``wstep`` 1,
+    ``wrow`` its row length), and ``bias[b0 .. b0+15]`` a bias per column (of the 16)."""
+    return types.void(weights, w0, wstep, wrow, depth, x, x0, xplane, bias, b0, out, o0,
+                      oplane, residual, flags, bounds), _tile_codegen(True)
 
 
 @intrinsic
@@ -212,22 +218,47 @@ def row_jobs(x: np.ndarray, m: int, depth: int, columns: np.ndarray, n: int, out
     return finish(counters, tiles, bell, caller, call, spins)
 
 
+@numba.njit(inline="always", cache=True, nogil=True)
+def _rows_tile(a: np.ndarray, w0: int, k: int, height: int, x: np.ndarray, x0: int, plane: int,
+               bias: np.ndarray, b0: int, out: np.ndarray, o0: int, n: int, count: int,
+               residual: np.ndarray, flags: int, bounds: np.ndarray, scratch: np.ndarray,
+               lines: np.ndarray) -> None:
+    """The tile of ``height`` rows of ``a`` (``k`` long, from ``w0``) by the ``count``
+    columns of the panel at ``x[x0]`` (steps ``plane`` apart) from the bias ``bias[b0]``,
+    stored into ``out`` from ``o0`` (rows ``n`` apart) with the epilogue of ``flags``: a
+    whole tile directly; one short of rows (copied into ``lines``, padded: ``a``'s rows end
+    here) or of columns through ``scratch``."""
+    if count == SPAN and height == ROWS:
+        strided_panel(a, w0, 1, k, k, x, x0, plane, bias, b0, out, o0, n, residual, flags,
+                      bounds)  # type: ignore[call-arg]  # (typingctx)
+        return
+    nothing = scratch[:0]
+    if height == ROWS:
+        strided_panel(a, w0, 1, k, k, x, x0, plane, bias, b0, scratch, 0, SPAN, nothing, 0,
+                      bounds)  # type: ignore[call-arg]
+    else:
+        lines[:] = 0.0
+        lines[:height * k] = a[w0:w0 + height * k]
+        strided_panel(lines, 0, 1, k, k, x, x0, plane, bias, b0, scratch, 0, SPAN, nothing, 0,
+                      bounds)  # type: ignore[call-arg]
+    from_scratch(out, o0, n, scratch, height, count, SPAN, 1, residual, flags, bounds)
+
+
 @numba.njit(types.boolean(FLOATS_IN, types.int64, FLOATS_IN, types.int64, types.int64,
-                          FLOATS_IN, FLOATS, FLOATS_IN, types.int64, FLOATS_IN, types.int64,
-                          *JOBS), cache=True, nogil=True)
-def dense_jobs(rows: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
-               zeros: np.ndarray, out: np.ndarray, residual: np.ndarray, flags: int,
-               bounds: np.ndarray, chunk: int, counters: np.ndarray, grain: int,
-               bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
-    """A matrix product ``out`` ``[m, n]`` (flattened) of packed operands, on the pointwise
-    micro-kernel (:func:`panel`): ``rows`` the left operand packed 6 rows at a time
-    (``[ceil(m/6), depth, 6]``), ``columns`` the right one packed 16 columns at a time
-    (``[ceil(n/16), depth, 16]``), both zero past ``m`` and ``n``; ``zeros`` 6 zeros (the
-    micro-kernel's row bias: a column bias is the packing's last step of ``depth``, times a
-    row of ones). Jobs are one 16-column panel by ``chunk`` blocks of 6 rows (the panel stays
-    in cache over them), claimed as in :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs`
-    (whose last six arguments these
-    are); a tile short of rows or columns is stored through a scratch tile."""
+                          FLOATS, FLOATS_IN, types.int64, FLOATS_IN, types.int64, *JOBS),
+            cache=True, nogil=True)
+def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
+               out: np.ndarray, residual: np.ndarray, flags: int, bounds: np.ndarray,
+               chunk: int, counters: np.ndarray, grain: int, bell: np.ndarray, caller: bool,
+               call: int, spins: int) -> bool:
+    """A matrix product ``out`` ``[m, n]`` = ``x`` ``[m, depth]`` @ the columns packed 16 at
+    a time (``[ceil(n/16), depth + 1, 16]``, the bias the last step, zeros past ``n``), all
+    flattened, on the micro-kernel (:func:`strided_panel`): ``x`` read in place, 6 rows at a
+    time (a last block short of rows copied out, padded with zeros). Jobs are one
+    16-column panel by ``chunk`` blocks of 6 rows (the panel stays in cache over them),
+    claimed as in :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six
+    arguments these are); a tile short of rows or columns is stored through a scratch
+    tile."""
     if caller:
         ring(bell)
     blocks = (m + ROWS - 1) // ROWS
@@ -235,27 +266,70 @@ def dense_jobs(rows: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int
     tiles = (n + SPAN - 1) // SPAN
     total = tiles * chunks
     scratch = np.empty(ROWS * SPAN, np.float32)
-    nothing = scratch[:0]
+    lines = np.empty(ROWS * depth, np.float32)
     while True:
         first, last = claim(counters, 0, grain, total)
         if first >= last:
             break
         for job in range(first, last):
             tile = job % tiles
-            k = job // tiles
-            x0 = tile * depth * SPAN
+            part = job // tiles
+            c0 = tile * (depth + 1) * SPAN
+            b0 = c0 + depth * SPAN
             count = min(SPAN, n - tile * SPAN)
-            for block in range(k * chunk, min(blocks, (k + 1) * chunk)):
-                height = min(ROWS, m - block * ROWS)
-                o0 = block * ROWS * n + tile * SPAN
-                w0 = block * depth * ROWS
-                if count == SPAN and height == ROWS:
-                    panel(rows, w0, depth, columns, x0, SPAN, zeros, 0, out, o0, n,
-                           residual, flags, bounds)  # type: ignore[call-arg]  # (typingctx)
-                    continue
-                panel(rows, w0, depth, columns, x0, SPAN, zeros, 0, scratch, 0, SPAN,
-                       nothing, 0, bounds)  # type: ignore[call-arg]
-                from_scratch(out, o0, n, scratch, height, count, SPAN, 1, residual, flags,
-                              bounds)
+            for block in range(part * chunk, min(blocks, (part + 1) * chunk)):
+                _rows_tile(x, block * ROWS * depth, depth, min(ROWS, m - block * ROWS),
+                           columns, c0, SPAN, columns, b0, out, block * ROWS * n + tile * SPAN,
+                           n, count, residual, flags, bounds, scratch, lines)
+        done(counters, 0, last - first)
+    return finish(counters, total, bell, caller, call, spins)
+
+
+@numba.njit(types.boolean(FLOATS_IN, FLOATS_IN, types.int64, types.int64, types.int64,
+                          types.int64, FLOATS, FLOATS_IN, FLOATS_IN, types.int64, FLOATS_IN,
+                          types.int64, *JOBS), cache=True, nogil=True)
+def batch_jobs(a: np.ndarray, b: np.ndarray, batches: int, m: int, k: int, n: int,
+               out: np.ndarray, zeros: np.ndarray, residual: np.ndarray, flags: int,
+               bounds: np.ndarray, chunk: int, counters: np.ndarray, grain: int,
+               bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """A stack of ``batches`` products ``out[i]`` ``[m, n]`` = ``a[i]`` ``[m, k]`` @ ``b[i]``
+    ``[k, n]``, all C-contiguous and flattened, on the micro-kernel
+    (:func:`strided_panel`), with the epilogue of ``flags`` (+ ``residual`` of ``out``'s
+    shape, relu, clip to ``bounds``); ``zeros`` holds 16 zeros (the micro-kernel's bias).
+    Both operands are read in place: 6 rows of ``a`` at a time by each 16-column panel of
+    ``b`` (rows ``n`` apart); a last block short of rows and a last panel short of columns
+    are copied out, padded with zeros, and stored through a scratch tile. A job is one
+    matrix's ``chunk`` blocks of 6 rows, claimed as in
+    :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six arguments these
+    are)."""
+    if caller:
+        ring(bell)
+    blocks = (m + ROWS - 1) // ROWS
+    chunks = (blocks + chunk - 1) // chunk
+    tiles = (n + SPAN - 1) // SPAN
+    total = batches * chunks
+    scratch = np.empty(ROWS * SPAN, np.float32)
+    columns = np.empty(k * SPAN, np.float32)
+    lines = np.empty(ROWS * k, np.float32)
+    while True:
+        first, last = claim(counters, 0, grain, total)
+        if first >= last:
+            break
+        for job in range(first, last):
+            matrix, part = job // chunks, job % chunks
+            top, bottom = part * chunk, min(blocks, (part + 1) * chunk)
+            for tile in range(tiles):
+                count = min(SPAN, n - tile * SPAN)
+                x, x0, plane = b, matrix * k * n + tile * SPAN, n
+                if count < SPAN:  # a copy, padded: b's rows end here
+                    columns[:] = 0.0
+                    for t in range(k):
+                        columns[t * SPAN:t * SPAN + count] = b[x0 + t * n:x0 + t * n + count]
+                    x, x0, plane = columns, 0, SPAN
+                for block in range(top, bottom):
+                    _rows_tile(a, matrix * m * k + block * ROWS * k, k,
+                               min(ROWS, m - block * ROWS), x, x0, plane, zeros, 0, out,
+                               matrix * m * n + block * ROWS * n + tile * SPAN, n, count,
+                               residual, flags, bounds, scratch, lines)
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)
