@@ -24,15 +24,19 @@ import importlib
 import logging
 import os
 from collections.abc import Callable, Sequence
+from math import prod
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from ...ops import TensorType, normalize_axis
+from .blas_threads import blas_holders
+from .crew import run_jobs
 
-__all__ = ["compiled_path_lost", "direct_conv", "host_rows", "load_numba", "pool_kernels",
-           "quantized_kernels", "row_kernels", "rows_call"]
+__all__ = ["JOB_ELEMENTS", "PARALLEL_ELEMENTS", "compiled_path_lost", "direct_conv",
+           "host_rows", "load_numba", "pool_kernels", "quantized_kernels", "row_kernels",
+           "rows_call"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,11 +154,14 @@ def host_rows(name: str, axis: int, fallback: Callable[..., None],
 
 def rows_call(name: str, axis: int, x: TensorType, vectors: Sequence[TensorType],
               fallback: Callable[..., None], extra: tuple[Any, ...] = (), *,
-              dynamic: bool) -> Callable[..., None] | None:
+              dynamic: bool, parallel: Callable[[], bool] = lambda: False
+              ) -> Callable[..., None] | None:
     """A kernel ``(x, *vectors, out)`` running the compiled row kernel ``name`` as
     :func:`host_rows` does, decided once from the types: None where it cannot take them
     (numba missing, not float32/float64, ``axis`` not the last, a vector not 1-D over it, an
-    empty ``x``). A static node's kernel then runs it with no check; a dynamic node's
+    empty ``x``). A static node's kernel then runs it with no check, on the helper threads
+    (its job function, ``name`` ending ``_jobs``) where ``x`` has :data:`PARALLEL_ELEMENTS`
+    elements or more and ``parallel()`` says so on that call; a dynamic node's
     (``dynamic``) checks each call's shapes, ``fallback`` taking the rest."""
     rows = row_kernels()
     if rows is None or np.dtype(x.dtype) not in _ROW_DTYPES or 0 in x.shape or \
@@ -164,11 +171,25 @@ def rows_call(name: str, axis: int, x: TensorType, vectors: Sequence[TensorType]
     if dynamic:
         return host_rows(name, axis, fallback, extra)
     compiled = getattr(rows, name)
+    jobs = getattr(rows, name.removesuffix("_rows") + "_jobs")
+    wide, block = prod(x.shape) >= PARALLEL_ELEMENTS, max(1, JOB_ELEMENTS // x.shape[-1])
+
+    def on_helpers(*arrays: Any) -> None:
+        run_jobs(jobs, True, (*arrays, block, np.zeros(2, np.int64), 1))
 
     def kernel(x: Any, *rest: Any) -> None:
-        _run_rows(compiled, x, rest[-1], rest[:-1], extra)
+        _run_rows(on_helpers if wide and parallel() and not blas_holders() else compiled, x,
+                  rest[-1], rest[:-1], extra)
 
     return kernel
+
+
+PARALLEL_ELEMENTS = 1 << 15
+"""Elements from which a row or elementwise kernel runs on the helper threads (where its
+graph lets it: no product of the graph on BLAS, whose spinning workers would take their
+cores)."""
+JOB_ELEMENTS = 1 << 13
+"""Elements of one job of such a kernel."""
 
 
 def _fits(x: Any, out: Any, axis: int, vectors: Sequence[Any]) -> bool:

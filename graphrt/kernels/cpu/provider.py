@@ -15,8 +15,10 @@
 - ``dense``, ``matmul``, ``batch_matmul`` by a 2-D weight that is a param, float32, with at
   least 16 rows (or fewer, in a graph with compiled convolutions): the packed product on the
   helper threads, with its ``+ residual`` / relu / clip epilogue
-  (:mod:`graphrt.kernels.cpu.dense`); otherwise the reference under the graph's BLAS thread
-  policy (below).
+  (:mod:`graphrt.kernels.cpu.dense`); ``matmul`` and ``batch_matmul`` of two float32
+  activations of the same leading dimensions (attention's) on the same micro-kernel, packed
+  as it runs (:mod:`graphrt.kernels.cpu.batch_product`), while no product of the graph runs
+  on BLAS; otherwise the reference under the graph's BLAS thread policy (below).
 - runs of elementwise steps: one compiled loop per run (static shapes only;
   :mod:`graphrt.kernels.cpu.loops`).
 
@@ -29,8 +31,12 @@ BLAS thread policy: a graph that runs kernels on the helper threads (a compiled 
 max pool) runs its small GEMMs (under :data:`SMALL_GEMM` multiply-adds at the planned shapes)
 on one BLAS thread and quiets the helpers before every GEMM: OpenBLAS's workers spin for about
 0.1 s after a threaded call, and a spinning worker takes the core a convolution's helper needs
-(:mod:`graphrt.kernels.cpu.blas_threads`). The provider is made per compiled graph, so the
-policy is that graph's, fixed once ``create()`` returns.
+(:mod:`graphrt.kernels.cpu.blas_threads`). And a graph that runs some product on BLAS (a
+weight fed at run time, a transposed left operand) runs all of them there and its softmax,
+layer norms and elementwise loops on the calling thread alone (:meth:`CpuProvider._parallel`);
+a graph without one runs those on the helper threads too, from
+:data:`~graphrt.kernels.cpu.jit.PARALLEL_ELEMENTS` elements. The provider is made per
+compiled graph, so the policy is that graph's, fixed once ``create()`` returns.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from ...ops.convolution import conv_geometry
 from ...ops.nn import conv2d_blocked, conv2d_geometry, nchw_shape, pool2d_windows
 from ...ops.pooling import axis_windows
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
+from .batch_product import batch_product_call
 from .blas_threads import blas_held
 from .conv import conv_epilogue, conv_plan, run_conv_with
 from .crew import quiet
@@ -86,6 +93,12 @@ class CpuProvider:
         self.crew = False
         self.blas_gemms = False
 
+    def _parallel(self) -> bool:
+        """Whether row and elementwise kernels may run on the helper threads: while no
+        product of the graph runs on BLAS, whose workers spin for about 0.1 s after each
+        call and would take the helpers' cores (fixed once ``create()`` returns)."""
+        return not self.blas_gemms
+
     def supports(self, op: OpDef) -> bool:
         return op.name in _OPS
 
@@ -120,7 +133,11 @@ class CpuProvider:
             packed = None if dynamic else dense_call(
                 name, attrs, inputs, outputs[0], epilogue, self._gemm_of(op, attrs, inputs,
                                                                          outputs[0], xp),
-                lambda: not self.blas_gemms, lambda: self.crew)
+                self._parallel, lambda: self.crew)
+            if packed is None and not dynamic:
+                packed = batch_product_call(
+                    name, attrs, inputs, outputs[0], epilogue,
+                    self._gemm_of(op, attrs, inputs, outputs[0], xp), self._parallel)
             if packed is not None:
                 return packed
             self.blas_gemms = True
@@ -136,11 +153,12 @@ class CpuProvider:
             call = mean_pool_call(inputs[0], outputs[0], dynamic=dynamic)
         elif name == "softmax":
             call = rows_call("softmax_rows", attrs.axis, inputs[0], (),
-                             op.positional(xp, attrs, 1), dynamic=dynamic)
+                             op.positional(xp, attrs, 1), dynamic=dynamic,
+                             parallel=self._parallel)
         elif name == "layer_norm":
             call = rows_call("layer_norm_rows", normalize_axis(attrs.axis, len(inputs[0].shape)),
                              inputs[0], inputs[1:], op.positional(xp, attrs, 3),
-                             (attrs.epsilon,), dynamic=dynamic)
+                             (attrs.epsilon,), dynamic=dynamic, parallel=self._parallel)
         elif name in _GEMMS:
             call = self._gemm_of(op, attrs, inputs, outputs[0], xp)
         return None if call is None else Prepared(call, capturable=False, provider=self.name)
@@ -156,7 +174,7 @@ class CpuProvider:
              types: dict[str, TensorType], *, dynamic: bool, xp: Any) -> list[FusedRun]:
         if dynamic:  # the compiled loops are specialized to the shapes
             return []
-        return fused_runs(steps, exported, types)
+        return fused_runs(steps, exported, types, self._parallel)
 
     def _conv(self, op: OpDef, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
               epilogue: Epilogue, dynamic: bool, xp: Any) -> Prepared | None:

@@ -10,6 +10,8 @@ from zero is needed. Compiled for float32 and float64 when this module is first 
 * :func:`softmax_rows`: ``exp(x - max) / sum``; float32 through :func:`exp32` (vectorized,
   within 1 ulp: 3x numpy's float32 exp, a libm call per element on AVX2 machines), float64
   through libm.
+* :func:`layer_norm_jobs`, :func:`softmax_jobs`: the same as job functions
+  (:mod:`graphrt.kernels.cpu.job_protocol`), a block of rows a job, for the helper threads.
 
 Example:
     >>> import numpy as np
@@ -31,7 +33,9 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["exp32", "layer_norm_rows", "softmax_rows"]
+from .job_protocol import JOBS, claim, done, finish, ring
+
+__all__ = ["exp32", "layer_norm_jobs", "layer_norm_rows", "softmax_jobs", "softmax_rows"]
 
 _FAST = {"reassoc", "contract"}  # vectorized sums; NaN and inf keep their meaning
 
@@ -77,15 +81,11 @@ def exp32(x: float) -> float:
     return np.float32(0.0) if small else value
 
 
-@numba.njit([types.void(_rows(t, True), _vector(t), _vector(t), _rows(t), types.float64)
-             for t in _FLOAT_TYPES], cache=True, nogil=True, fastmath=_FAST,
-            error_model="numpy")
-def layer_norm_rows(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, out: np.ndarray,
-                    epsilon: float) -> None:
-    """Per row of ``x`` ``[rows, n]``: ``(x - mean) / sqrt(var + epsilon) * gamma + beta``
-    into ``out`` (``gamma``, ``beta``: ``[n]``)."""
-    rows, n = x.shape
-    for r in range(rows):
+@numba.njit(inline="always", cache=True, fastmath=_FAST, error_model="numpy")
+def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, out: np.ndarray,
+                epsilon: float, lo: int, hi: int) -> None:
+    n = x.shape[1]
+    for r in range(lo, hi):
         row = x[r]
         total = 0.0
         for i in range(n):
@@ -101,10 +101,49 @@ def layer_norm_rows(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, out: np.
             dest[i] = (row[i] - mean) * inverse * gamma[i] + beta[i]
 
 
+@numba.njit([types.void(_rows(t, True), _vector(t), _vector(t), _rows(t), types.float64)
+             for t in _FLOAT_TYPES], cache=True, nogil=True, fastmath=_FAST,
+            error_model="numpy")
+def layer_norm_rows(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, out: np.ndarray,
+                    epsilon: float) -> None:
+    """Per row of ``x`` ``[rows, n]``: ``(x - mean) / sqrt(var + epsilon) * gamma + beta``
+    into ``out`` (``gamma``, ``beta``: ``[n]``)."""
+    _layer_norm(x, gamma, beta, out, epsilon, 0, x.shape[0])
+
+
+@numba.njit([types.boolean(_rows(t, True), _vector(t), _vector(t), _rows(t), types.float64,
+                           types.int64, *JOBS) for t in _FLOAT_TYPES], cache=True, nogil=True,
+            fastmath=_FAST, error_model="numpy")
+def layer_norm_jobs(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, out: np.ndarray,
+                    epsilon: float, block: int, counters: np.ndarray, grain: int,
+                    bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """:func:`layer_norm_rows` as a job function (:mod:`graphrt.kernels.cpu.job_protocol`):
+    ``block`` rows a job."""
+    if caller:
+        ring(bell)
+    rows = x.shape[0]
+    total = (rows + block - 1) // block
+    while True:
+        first, last = claim(counters, 0, grain, total)
+        if first >= last:
+            break
+        _layer_norm(x, gamma, beta, out, epsilon, first * block, min(rows, last * block))
+        done(counters, 0, last - first)
+    return finish(counters, total, bell, caller, call, spins)
+
+
 def softmax_rows(x: np.ndarray, out: np.ndarray) -> None:
     """Per row of ``x`` ``[rows, n]`` (float32 or float64): ``exp(x - max) / sum`` into
     ``out`` (a NaN makes its row NaN, as numpy's path does)."""
-    (_softmax32 if x.dtype == np.float32 else _softmax64)(x, out)
+    (_softmax32 if x.dtype == np.float32 else _softmax64)(x, out, 0, x.shape[0])
+
+
+def softmax_jobs(x: np.ndarray, out: np.ndarray, block: int, counters: np.ndarray, grain: int,
+                 bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """:func:`softmax_rows` as a job function (:mod:`graphrt.kernels.cpu.job_protocol`):
+    ``block`` rows a job."""
+    jobs = _softmax_jobs32 if x.dtype == np.float32 else _softmax_jobs64
+    return bool(jobs(x, out, block, counters, grain, bell, caller, call, spins))
 
 
 @numba.njit(inline="always", cache=True, fastmath=_FAST)  # no no-NaN/no-inf assumption
@@ -122,10 +161,11 @@ def _scale(dest: np.ndarray, total: float) -> None:
         dest[i] = dest[i] * inverse
 
 
-@numba.njit(types.void(_rows(types.float32, True), _rows(types.float32)), cache=True,
-            nogil=True, fastmath=_FAST, error_model="numpy")
-def _softmax32(x: np.ndarray, out: np.ndarray) -> None:
-    for r in range(x.shape[0]):
+@numba.njit(types.void(_rows(types.float32, True), _rows(types.float32), types.int64,
+                       types.int64), cache=True, nogil=True, fastmath=_FAST,
+            error_model="numpy")
+def _softmax32(x: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
+    for r in range(lo, hi):
         row, dest = x[r], out[r]
         top = _row_max(row)
         total = np.float32(0.0)  # in float32 as numpy's path (8 partial sums)
@@ -136,10 +176,11 @@ def _softmax32(x: np.ndarray, out: np.ndarray) -> None:
         _scale(dest, total)
 
 
-@numba.njit(types.void(_rows(types.float64, True), _rows(types.float64)), cache=True,
-            nogil=True, fastmath=_FAST, error_model="numpy")
-def _softmax64(x: np.ndarray, out: np.ndarray) -> None:
-    for r in range(x.shape[0]):
+@numba.njit(types.void(_rows(types.float64, True), _rows(types.float64), types.int64,
+                       types.int64), cache=True, nogil=True, fastmath=_FAST,
+            error_model="numpy")
+def _softmax64(x: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
+    for r in range(lo, hi):
         row, dest = x[r], out[r]
         top = _row_max(row)
         total = 0.0
@@ -148,3 +189,30 @@ def _softmax64(x: np.ndarray, out: np.ndarray) -> None:
             dest[i] = e
             total += e
         _scale(dest, total)
+
+
+def _softmax_jobs_of(rows: Any, dtype: types.Type) -> Any:
+    """The job function of softmax over ``rows`` (:func:`_softmax32` or :func:`_softmax64`)
+    of ``dtype``."""
+
+    @numba.njit(types.boolean(_rows(dtype, True), _rows(dtype), types.int64, *JOBS),
+                cache=True, nogil=True)
+    def jobs(x: np.ndarray, out: np.ndarray, block: int, counters: np.ndarray, grain: int,
+             bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+        if caller:
+            ring(bell)
+        count = x.shape[0]
+        total = (count + block - 1) // block
+        while True:
+            first, last = claim(counters, 0, grain, total)
+            if first >= last:
+                break
+            rows(x, out, first * block, min(count, last * block))
+            done(counters, 0, last - first)
+        return finish(counters, total, bell, caller, call, spins)
+
+    return jobs
+
+
+_softmax_jobs32 = _softmax_jobs_of(_softmax32, types.float32)
+_softmax_jobs64 = _softmax_jobs_of(_softmax64, types.float64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from graphrt.kernels.cpu import loops as cpu_fusion
 from graphrt.lib import Library, TensorType
 from graphrt.lib.lowering import Lowering
 from graphrt.ops import elementwise_runs
+
+RNG = np.random.default_rng(17)
 
 pytest.importorskip("numba")
 
@@ -282,7 +285,8 @@ fn = Library().define("f", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
     {"op": "multiply", "inputs": ["u", "b"], "outputs": ["y"]}]})
 f32 = TensorType((7,), "float32")
 (call,) = fn.lower([f32, f32], [f32], kernels=chain("cpu", np), where="child", fuse=True).calls
-print(sum(call.kernel.stats.cache_hits.values()), sum(call.kernel.stats.cache_misses.values()))
+stats = call.kernel.jobs.stats
+print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
 """
 
 
@@ -293,3 +297,38 @@ def test_a_second_process_loads_the_compiled_loop_from_disk(tmp_path: Path) -> N
                            text=True, check=True).stdout.split() for _ in range(2)]
     assert runs == [["0", "1"], ["1", "0"]]  # compiled, then loaded
     assert len(list((tmp_path / "cache").glob("graphrt_fused_*.py"))) == 1
+
+
+@pytest.mark.parametrize("shapes", [((200, 300), (200, 300)), ((200, 300), (300,)),
+                                    ((200, 300), (200, 1))])
+def test_on_the_helper_threads_a_loop_is_the_same_bits(
+        shapes: tuple[tuple[int, ...], ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop over :data:`~graphrt.kernels.cpu.jit.PARALLEL_ELEMENTS` elements or more runs
+    in blocks (of elements, or of rows where an input is read along trailing or leading axes)
+    on the helper threads where its graph lets it: the same bits as on the caller alone."""
+    steps = [("in0 + in1", ("a", "b"), ("t",)), ("erf(in0)", ("t",), ("u",)),
+             ("in0 * in1", ("u", "a"), ("y",))]
+    types = {"a": TensorType(shapes[0], "float32"), "b": TensorType(shapes[1], "float32"),
+             "t": TensorType(shapes[0], "float32"), "u": TensorType(shapes[0], "float32"),
+             "y": TensorType(shapes[0], "float32")}
+    a = RNG.standard_normal(shapes[0]).astype(np.float32)
+    b = RNG.standard_normal(shapes[1]).astype(np.float32)
+    spread: list[bool] = []
+    real = cpu_fusion.run_jobs
+
+    def spy(jobs: Any, parallel: bool, args: tuple[Any, ...]) -> None:
+        spread.append(parallel)
+        real(jobs, parallel, args)
+
+    monkeypatch.setattr(cpu_fusion, "run_jobs", spy)
+    outs = []
+    for parallel in (False, True):
+        ((_, kernel),) = cpu_fusion.fused_runs(steps, {"y"}, types,
+                                               lambda parallel=parallel: parallel)
+        y = np.full(shapes[0], np.nan, np.float32)
+        kernel(a, b, y)
+        outs.append(y)
+    assert spread == [False, True]
+    assert np.array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[1], np.vectorize(math.erf)(a + b) * a, rtol=1e-5,
+                               atol=1e-6)

@@ -130,3 +130,43 @@ def test_without_numba_the_numpy_path_is_taken_and_logged(
     out = np.empty_like(x)
     kernel(x, out)
     np.testing.assert_allclose(out, _softmax64(x), rtol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["softmax_rows", "layer_norm_rows"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_on_the_helper_threads_the_rows_are_the_same_bits(
+        name: str, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From :data:`~graphrt.kernels.cpu.jit.PARALLEL_ELEMENTS` elements, where the graph lets
+    it (``parallel()``), blocks of rows run on the helper threads: the same bits as on the
+    calling thread alone."""
+    x = (RNG.standard_normal((301, 130)) * 3).astype(dtype)
+    assert x.size >= host_jit.PARALLEL_ELEMENTS
+    vectors = [] if name == "softmax_rows" else [
+        RNG.standard_normal(130).astype(dtype) for _ in range(2)]
+    extra = () if name == "softmax_rows" else (1e-5,)
+    spread: list[bool] = []
+    real = host_jit.run_jobs
+
+    def spy(jobs: Any, parallel: bool, args: tuple[Any, ...]) -> None:
+        spread.append(parallel)
+        real(jobs, parallel, args)
+
+    monkeypatch.setattr(host_jit, "run_jobs", spy)
+    outs = []
+    for parallel in (False, True):
+        kernel = host_jit.rows_call(name, -1, TensorType(x.shape, dtype),
+                                    [TensorType(v.shape, dtype) for v in vectors],
+                                    lambda *a: None, extra, dynamic=False,
+                                    parallel=lambda parallel=parallel: parallel)
+        assert kernel is not None
+        out = np.full_like(x, np.nan)
+        kernel(x, *vectors, out)
+        outs.append(out)
+    assert spread == [True]  # only where parallel() said so
+    assert np.array_equal(outs[0], outs[1])
+    small = host_jit.rows_call(name, -1, TensorType((4, 130), dtype),
+                               [TensorType(v.shape, dtype) for v in vectors], lambda *a: None,
+                               extra, dynamic=False, parallel=lambda: True)
+    assert small is not None
+    small(x[:4], *vectors, np.empty_like(x[:4]))
+    assert spread == [True]  # too small to share: on the caller
