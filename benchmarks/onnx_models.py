@@ -82,10 +82,11 @@ def blas_info() -> list[dict[str, Any]]:
 
 
 def graphrt_threads() -> int:
-    """The threads graphrt computes on: its helper crew and the caller, one per usable core
-    (numpy's BLAS pool is held to that too)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
+    """The threads graphrt computes on: ``GRAPHRT_THREADS`` where set, else one per usable
+    core (its helper crew and the caller; numpy's BLAS pool is held to that too)."""
+    from graphrt.kernels.cpu.crew import default_threads
+
+    return default_threads()
 
 
 def cpu_topology() -> dict[str, Any]:

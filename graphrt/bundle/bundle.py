@@ -46,7 +46,7 @@ __all__ = ["Bundle", "bundle_from_parts", "load_bundle"]
 Array = np.ndarray[Any, Any]
 T = TypeVar("T")
 _CREATE_OPTIONS = ("strict_placement", "device_map", "require_inputs", "inter_op_threads",
-                   "cuda_graph")
+                   "cuda_graph", "threads")
 """The keyword options of :func:`graphrt.create` that :meth:`Bundle.create` passes on."""
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..devices import Device, backend_for
 from ..errors import GraphFormatError, KernelNotFoundError
 from ..kernels import KernelChain, chain
+from ..kernels.cpu.crew import available_cores
 from ..lib import FusedFunction, Kernel, Library, Lowering, ShapeFunction, TensorType
 from ..schema import COPY, NOP, Graph, Node
 from ..storage import (
@@ -97,8 +98,11 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, plan: StoragePlan, programs: tuple[NodeProgram, ...],
                  shapes: ShapePlan | None, *, require_inputs: bool = False,
-                 parallel: ParallelPlan | None = None, cuda_graph: bool = False) -> None:
+                 parallel: ParallelPlan | None = None, cuda_graph: bool = False,
+                 threads: int | None = None) -> None:
         self.graph = graph
+        self.threads = available_cores() if threads is None else threads
+        """The most threads a run uses on the cpu (``create(threads=...)``)."""
         self.cuda_graph = cuda_graph
         self.parallel = parallel
         self.require_inputs = require_inputs
@@ -137,7 +141,7 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
                   device_map: Mapping[int, Device] | None = None,
                   require_inputs: bool = False,
                   inter_op_threads: int | None = 1,
-                  cuda_graph: bool = False) -> CompiledGraph:
+                  cuda_graph: bool = False, threads: int | None = None) -> CompiledGraph:
     """Plan, resolve and lower everything a run needs, allocating nothing.
 
     A straight line of passes, each returning a new frozen :class:`Compilation`: place every
@@ -160,6 +164,9 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
             storage ids of a parallel graph may differ from the ones it was given.
         cuda_graph: run contexts record their device work and replay it
             (:mod:`graphrt.executor.capture`).
+        threads: the most threads a run uses on the cpu, kernels' helpers, BLAS and inter-op
+            lanes together (see :func:`graphrt.create`); None: every core this process may
+            run on. More than those counts as those.
 
     Raises:
         PlacementError, KernelNotFoundError, GraphFormatError (among others: two entries live
@@ -168,11 +175,13 @@ def compile_graph(graph: Graph, library: Library, devices: Sequence[Device], *,
     placed = _place(graph, devices, strict=strict, device_map=device_map)
     check_capacity(graph, placed.plan, capacity or {})  # before kernels plan for the sizes
     lowered = _lower(placed, library)
-    decided = _parallelize(lowered, library, inter_op_threads)
+    cores = None if threads is None else min(threads, available_cores())
+    decided = _parallelize(lowered, library, inter_op_threads, cores)
     stored = _assign_storage(decided)
     done = _plan_scratch(stored)
     check_capacity(done.graph, done.plan, capacity or {})
-    return _finish(done, library, require_inputs=require_inputs, cuda_graph=cuda_graph)
+    return _finish(done, library, require_inputs=require_inputs, cuda_graph=cuda_graph,
+                   threads=cores)
 
 
 @dataclass(frozen=True)
@@ -210,15 +219,15 @@ def _lower(placed: Compilation, library: Library) -> Compilation:
     return replace(placed, programs=_programs(placed.graph, placed.plan, library))
 
 
-def _parallelize(lowered: Compilation, library: Library,
-                 inter_op_threads: int | None) -> Compilation:
+def _parallelize(lowered: Compilation, library: Library, inter_op_threads: int | None,
+                 cores: int | None) -> Compilation:
     """Decide which nodes run at once (see :mod:`graphrt.executor.parallel`): the plan, and
     the graph with the storage ids a parallel run needs."""
     graph, plan, programs = lowered.graph, lowered.plan, lowered.programs
     planned = plan_parallel(graph, plan, programs,
                             lambda: _flops(graph, plan, library, programs),
-                            resolve_threads(inter_op_threads),
-                            auto=inter_op_threads is None)
+                            resolve_threads(inter_op_threads, cores=cores),
+                            auto=inter_op_threads is None, cores=cores)
     return lowered if planned is None else replace(lowered, graph=planned[1],
                                                    parallel=planned[0])
 
@@ -240,7 +249,7 @@ def _plan_scratch(stored: Compilation) -> Compilation:
 
 
 def _finish(done: Compilation, library: Library, *, require_inputs: bool,
-            cuda_graph: bool) -> CompiledGraph:
+            cuda_graph: bool, threads: int | None) -> CompiledGraph:
     """The compiled graph, with the shape program a dynamic graph needs; fallbacks logged."""
     graph, plan = done.graph, done.plan
     shape_functions = resolve_shape_functions(graph, library)
@@ -251,7 +260,7 @@ def _finish(done: Compilation, library: Library, *, require_inputs: bool,
                        len(plan.fallbacks), len(graph.entries), plan.devices[0],
                        ", ".join(kinds))
     return CompiledGraph(graph, plan, done.programs, shapes, require_inputs=require_inputs,
-                         parallel=done.parallel, cuda_graph=cuda_graph)
+                         parallel=done.parallel, cuda_graph=cuda_graph, threads=threads)
 
 
 def _flops(graph: Graph, plan: StoragePlan, library: Library,

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..devices import allocate, backend_for, copier
 from ..errors import ExecutionError
+from ..kernels.cpu.crew import available_cores, threads_held
 from .bindings import Bindings
 from .capture import CaptureReport, capture_runner
 from .compiled import CompiledGraph
@@ -83,7 +84,9 @@ class RunContext:
         if self._dynamic is not None:
             self._dynamic.table = self._table
         self.feeds = Feeds(compiled, self._pool, self._dynamic, self.bindings, unset)
-        scopes = (backend_for(dev).run_scope() for dev in plan.devices)
+        scopes = [backend_for(dev).run_scope() for dev in plan.devices]
+        if compiled.threads < available_cores():  # create(threads=...) holds the cpu's down
+            scopes.append(threads_held(compiled.threads))
         self._scopes: tuple[AbstractContextManager[object], ...] = tuple(
             scope for scope in scopes if scope is not None)
         self._capture = capture_runner(compiled) if compiled.cuda_graph else None

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..devices import Device, backend_for, device, parse_device_map
 from ..errors import ArgumentError, InputError, argument_error, describe, expect_type
+from ..kernels.cpu.crew import environment_threads
 from ..lib import LibrarySource, as_library
 from ..params import iter_params
 from ..schema import Graph, GraphSource, load_graph
@@ -43,7 +44,8 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
            device_map: Mapping[str | int, Device | str] | None = None,
            require_inputs: bool = False,
            inter_op_threads: int | None = None,
-           cuda_graph: bool = False) -> GraphModule:
+           cuda_graph: bool = False,
+           threads: int | None = None) -> GraphModule:
     """Load a graph, plan its storage over ``devices`` and prepare it to run.
 
     Everything costly happens here: parsing and checking the graph, placing storage, resolving
@@ -77,6 +79,12 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
             own). A graph that cannot be recorded runs node by node with the reason logged and
             in ``capture_report()``. The sim device simulates capture. Not with
             ``inter_op_threads`` > 1. See :mod:`graphrt.executor.capture`.
+        threads: the most threads a run of this module uses on the cpu, all together: the
+            calling thread and graphrt's helper threads for its compiled kernels, numpy's
+            BLAS (held to this count while the run lasts) and the inter-op lanes (which share
+            it out). None (the default): the ``GRAPHRT_THREADS`` environment variable where
+            set, else every core this process may run on; more than those counts as those.
+            ``mod.compiled.threads`` is the count decided.
 
     Raises:
         ArgumentError: an argument of the wrong kind (a lib that is not a Library or a mapping
@@ -103,6 +111,16 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
         argument_error("create(inter_op_threads=...)",
                        f"None (automatic) or a number of threads from 0 to {MAX_THREADS}",
                        inter_op_threads)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS):
+        argument_error("create(threads=...)",
+                       f"None (GRAPHRT_THREADS, else every core) or a number of threads from 1 "
+                       f"to {MAX_THREADS}", threads)
+    if threads is None:
+        try:
+            threads = environment_threads()
+        except ValueError as err:
+            raise ArgumentError(f"create: {err}") from None
     if cuda_graph and inter_op_threads not in (None, 0, 1):
         raise ArgumentError(f"create: cuda_graph=True replays a run's device work in order; it "
                             f"cannot be combined with inter_op_threads={inter_op_threads}")
@@ -116,7 +134,7 @@ def create(graph_json: GraphSource, lib: LibrarySource, *devices: Device | str,
                                      capacity=capacity, device_map=remap,
                                      require_inputs=require_inputs,
                                      inter_op_threads=1 if cuda_graph else inter_op_threads,
-                                     cuda_graph=cuda_graph))
+                                     cuda_graph=cuda_graph, threads=threads))
 
 
 def _per_thread(method: Callable[Concatenate[RunContext, P], R]

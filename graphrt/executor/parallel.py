@@ -29,7 +29,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +38,7 @@ from math import isqrt, prod
 from typing import Any
 
 from ..kernels.cpu.blas_threads import blas_held
+from ..kernels.cpu.crew import available_cores
 from ..lib import FusedFunction, OpError, TensorType
 from ..schema import Graph
 from ..storage import StoragePlan
@@ -75,19 +75,12 @@ _CONV_OPS = frozenset({"conv", "conv2d"})
 _CONV_TRANSPOSE_OPS = frozenset({"conv_transpose", "conv2d_transpose"})
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def resolve_threads(requested: int | None, *, cores: int | None = None) -> int:
     """Lanes for ``create(inter_op_threads=requested)``: 1 means sequential.
 
     None (automatic) takes ``min(cores, 4)`` where :data:`AUTO_PARALLEL` allows it, else 1
-    (``cores`` defaults to this process's :func:`available_cores`); 0 and 1 are sequential;
+    (``cores`` defaults to this process's
+    :func:`~graphrt.kernels.cpu.crew.available_cores`); 0 and 1 are sequential;
     any other number is taken as given.
 
     Example:
@@ -121,8 +114,8 @@ class ParallelPlan:
 
 
 def plan_parallel(graph: Graph, plan: StoragePlan, programs: Sequence[Any],
-                  count_flops: Callable[[], Sequence[int]], threads: int, *, auto: bool
-                  ) -> tuple[ParallelPlan, Graph] | None:
+                  count_flops: Callable[[], Sequence[int]], threads: int, *, auto: bool,
+                  cores: int | None = None) -> tuple[ParallelPlan, Graph] | None:
     """Plan a parallel run, or None where it is not worth it (or not possible).
 
     Args:
@@ -131,6 +124,8 @@ def plan_parallel(graph: Graph, plan: StoragePlan, programs: Sequence[Any],
         count_flops: per program, its matmul and convolution flops (0 where unknown); called
             only for a graph with nodes that could run at once.
         threads: lanes (:func:`resolve_threads`); below 2 there is no plan.
+        cores: the threads the module may use (``create(threads=...)``; default: every core
+            this process may run on), shared out to the lanes' BLAS.
         auto: keep only waves that save :data:`MIN_WAVE_SAVING` flops, and give up unless they
             save :data:`MIN_GRAPH_SHARE` of the graph's; otherwise every wave of two nodes or
             more runs in parallel.
@@ -173,7 +168,7 @@ def plan_parallel(graph: Graph, plan: StoragePlan, programs: Sequence[Any],
     merged = tuple((parallel, tuple(lanes) if parallel else
                     ((tuple(i for wave in lanes for i in wave[0]),),))
                    for parallel, lanes in segments)
-    blas = max(1, available_cores() // threads)
+    blas = max(1, (available_cores() if cores is None else cores) // threads)
     return (ParallelPlan(threads, blas, merged, tuple(lane_of), (total, saved)),
             _private_storage(graph, programs, roots, level))
 

@@ -5,7 +5,9 @@ time.
 :func:`run_jobs` runs a job function on the calling thread and on the helpers; the direct
 convolution and the max pool use it. Safe to call from several threads at once: one caller
 at a time has the helpers, the others run alone. :func:`quiet` stops the helpers'
-busy wait before work that runs threads of its own (OpenBLAS).
+busy wait before work that runs threads of its own (OpenBLAS). :func:`threads_held` caps,
+for the calling thread, how many threads its kernels use, helpers and BLAS together (a
+module's ``create(threads=N)``); :func:`default_threads` is the count without a cap.
 
 Example:
     >>> import numpy as np
@@ -29,7 +31,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["JobCall", "Jobs", "quiet", "run_jobs"]
+from .blas_threads import blas_held
+
+__all__ = ["THREADS_VARIABLE", "JobCall", "Jobs", "available_cores", "default_threads",
+           "environment_threads", "quiet", "run_jobs", "threads_held"]
+
+THREADS_VARIABLE = "GRAPHRT_THREADS"
+"""The environment variable that sets the default of ``create(threads=...)``."""
 
 Jobs = Callable[..., bool]
 """A job function (:mod:`graphrt.kernels.cpu.job_protocol`): its arguments, then counters,
@@ -65,15 +73,15 @@ class _Crew:
             threading.Thread(target=self._serve, args=(tasks,), name=f"graphrt-crew-{k}",
                              daemon=True).start()
 
-    def run(self, jobs: Jobs, args: tuple[Any, ...]) -> None:
-        """``jobs(*args, ...)`` on the calling thread, with the helpers if they are free
-        (another thread's call holds them: alone)."""
+    def run(self, jobs: Jobs, args: tuple[Any, ...], helpers: int) -> None:
+        """``jobs(*args, ...)`` on the calling thread, with up to ``helpers`` helpers if they
+        are free (another thread's call holds them: alone)."""
         if not self.lock.acquire(blocking=False):
             jobs(*args, np.zeros(1, np.int64), True, 0, 0)
             return
         try:
             call = int(self.bell[0]) + 1  # the caller's ring makes it so (rings hold the lock)
-            for tasks in self.tasks:
+            for tasks in self.tasks[:helpers]:  # the others see the ring, find none, block
                 tasks.put((call, jobs, args))
             jobs(*args, self.bell, True, 0, 0)
         finally:
@@ -103,11 +111,44 @@ _crew_lock = threading.Lock()
 _crew: _Crew | None = None
 
 
-def _cores() -> int:
+def available_cores() -> int:
+    """CPU cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def environment_threads() -> int | None:
+    """The :data:`THREADS_VARIABLE` environment variable's thread count (at most the cores
+    this process may run on), or None where it is not set.
+
+    Raises:
+        ValueError: it is set but not a whole number of 1 or more.
+    """
+    text = os.environ.get(THREADS_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{THREADS_VARIABLE}={text!r} is not a number of threads (a whole "
+                         f"number of 1 or more)")
+    return min(count, available_cores())
+
+
+def default_threads() -> int:
+    """The threads a module's run uses on the cpu when ``create()`` is not told: the
+    :data:`THREADS_VARIABLE` environment variable where set (:func:`environment_threads`),
+    else every core this process may run on.
+
+    Example:
+        >>> 1 <= default_threads() <= available_cores()
+        True
+    """
+    return environment_threads() or available_cores()
 
 
 def _helpers() -> _Crew:
@@ -116,18 +157,56 @@ def _helpers() -> _Crew:
         if _crew is None:
             from .job_protocol import ring  # numba: only once a job function exists
 
-            _crew = _Crew(ring, _cores() - 1)
+            _crew = _Crew(ring, available_cores() - 1)
         return _crew
+
+
+_held = threading.local()  # .helpers: the calling thread's cap on helpers, while it holds one
 
 
 def run_jobs(jobs: Jobs, parallel: bool, args: tuple[Any, ...]) -> None:
     """``jobs(*args, counters..., spins)``: on the calling thread and the helpers where
-    ``parallel`` (with no helper on one core), else on the calling thread alone. ``args``
-    end with the call's zeroed counters and its grain."""
-    if parallel:
-        _helpers().run(jobs, args)
+    ``parallel`` (with no helper on one core, and no more than :func:`threads_held` allows
+    the calling thread), else on the calling thread alone. ``args`` end with the call's
+    zeroed counters and its grain."""
+    helpers = getattr(_held, "helpers", _ALL)
+    if parallel and helpers:
+        _helpers().run(jobs, args, helpers)
     else:
         jobs(*args, np.zeros(1, np.int64), True, 0, 0)
+
+
+_ALL = 1 << 30
+
+
+class threads_held:
+    """``with threads_held(n):`` the calling thread's kernels use at most ``n`` threads: the
+    caller and ``n - 1`` helpers, and BLAS held to ``n`` (see
+    :func:`graphrt.kernels.cpu.blas_threads.blas_held`). Reusable, and nestable (the lower
+    cap holds): a run context enters the same one on every run.
+
+    Example:
+        >>> with threads_held(1):  # the caller alone: no helper, one BLAS thread
+        ...     pass
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = max(1, count)
+
+    def __enter__(self) -> None:
+        before = getattr(_held, "helpers", _ALL)
+        saved = getattr(_held, "saved", None)
+        if saved is None:
+            saved = _held.saved = []
+        blas = blas_held(self.count)
+        blas.__enter__()
+        saved.append((before, blas))
+        _held.helpers = min(before, self.count - 1)
+
+    def __exit__(self, *exc: object) -> None:
+        before, blas = _held.saved.pop()
+        _held.helpers = before
+        blas.__exit__(None, None, None)
 
 
 @dataclass(frozen=True)
