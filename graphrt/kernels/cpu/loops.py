@@ -183,7 +183,8 @@ class CpuLoop:
     wrapper: str | None
     arguments: tuple[TensorType, ...]
     """Types of the kernel's arguments, in order (its signature): inputs, then the output."""
-    jobs: str = ""
+    entries: str = ""
+    """The source of the entry points (:data:`_ENTRIES`)."""
     units: int = 0
     """How many units the kernel runs over."""
     block: int = 1
@@ -337,12 +338,16 @@ def loop_source(run: ElementwiseRun, steps: Sequence[ElementwiseStep], types: di
     argument_types += [TensorType((len(chain.values),), types[steps[chain.first][2][0]].dtype)
                        for chain in chains]
     return CpuLoop(kernel, _wrapper(run, direct, chains, types), (*argument_types, out),
-                   _JOBS.format(", ".join(arguments)), units, block)
+                   _ENTRIES.format(", ".join(arguments), units), units, block)
 
 
-_JOBS = """
+_ENTRIES = """
 
 _range = _numba.njit(cache=True, nogil=True, error_model="numpy")(kernel)
+
+
+def whole({0}):
+    _range({0}, 0, {1})
 
 
 def jobs({0}, units, block, counters, grain, bell, caller, call, spins):
@@ -357,7 +362,10 @@ def jobs({0}, units, block, counters, grain, bell, caller, call, spins):
         _done(counters, 0, last - first)
     return _finish(counters, total, bell, caller, call, spins)
 """
-"""The job function of a loop (:mod:`graphrt.kernels.cpu.job_protocol`): blocks of units."""
+"""A loop's two entry points: ``whole`` runs every unit, ``jobs`` is its job function
+(:mod:`graphrt.kernels.cpu.job_protocol`) over blocks of units. Only one is compiled: a loop
+too small to share calls ``whole`` directly (the job protocol's arguments cost a 1000-node
+chain of small loops half its time)."""
 
 
 def _wrapper(run: ElementwiseRun, direct: list[str], chains: list[_Chain],
@@ -478,8 +486,9 @@ def _quantize32(x, scale, zero, low, high):
 """
 
 
-_LOADED: dict[str, tuple[Jobs, Kernel | None]] = {}
-"""Compiled loops by module name: the job function and the gathering wrapper (or None)."""
+_LOADED: dict[str, tuple[Any, Kernel | None]] = {}
+"""Compiled loops by module name: the job function (of a loop large enough to share) or the
+whole loop, and the gathering wrapper (or None)."""
 _LOGGED: set[str] = set()  # the reasons the numpy path was taken, each logged once
 
 
@@ -512,42 +521,42 @@ def compile_loop(loop: CpuLoop, parallel: Callable[[], bool] = lambda: False
     dtypes = sorted({t.dtype for t in loop.arguments} | set(_DTYPES))
     text = _HEADER + "".join(f"_{d} = _np.{d}_\n" if d == "bool" else f"_{d} = _np.{d}\n"
                              for d in dtypes)
-    text += "\n\n" + loop.kernel + loop.jobs + ("\n\n" + loop.wrapper if loop.wrapper else "")
+    text += "\n\n" + loop.kernel + loop.entries + ("\n\n" + loop.wrapper if loop.wrapper else "")
     key = hashlib.sha256("\0".join([text, numba.__version__, str(signature)]).encode())
     name = f"graphrt_fused_{key.hexdigest()[:24]}"
+    wide = prod(loop.arguments[-1].shape) >= PARALLEL_ELEMENTS
     loaded = _LOADED.get(name)
     if loaded is None:
         try:
             module = _load(name, text)
-            compiled = numba.njit(numba.types.boolean(
-                *signature, i64, i64, counters, i64, counters, numba.types.boolean, i64, i64),
-                cache=True, nogil=True)(module.jobs)
+            compiled = (numba.njit(numba.types.boolean(*signature, i64, i64, counters, i64,
+                                                       counters, numba.types.boolean, i64, i64),
+                                   cache=True, nogil=True)(module.jobs) if wide else
+                        numba.njit(numba.types.void(*signature), cache=True)(module.whole))
         except (OSError, numba.core.errors.NumbaError) as err:
             reason = f"numba could not compile a run ({type(err).__name__}: {err})"
             _numpy_path(reason)
             compiled_path_lost(reason)
             return None
         loaded = _LOADED[name] = (compiled, module.call if loop.wrapper else None)
-    jobs, gather = loaded
-    run = FusedLoop(jobs, loop.units, loop.block,
-                    prod(loop.arguments[-1].shape) >= PARALLEL_ELEMENTS, parallel)
+    entry, gather = loaded
+    run = FusedLoop(entry, loop.units, loop.block, parallel) if wide else entry
     return run if gather is None else partial(gather, run)
 
 
 @dataclass(frozen=True)
 class FusedLoop:
-    """A compiled loop's call: its job function (``jobs``, numba's dispatcher) over
-    ``units`` in blocks of ``block``, on the helper threads where ``wide`` and
-    ``parallel()`` on that call (and no inter-op lanes hold the cores), else on the caller."""
+    """A large compiled loop's call: its job function (``jobs``, numba's dispatcher) over
+    ``units`` in blocks of ``block``, on the helper threads where ``parallel()`` on that
+    call (and no inter-op lanes hold the cores), else on the caller."""
 
     jobs: Jobs
     units: int
     block: int
-    wide: bool
     parallel: Callable[[], bool]
 
     def __call__(self, *arrays: Any) -> None:
-        run_jobs(self.jobs, self.wide and self.parallel() and not blas_holders(),
+        run_jobs(self.jobs, self.parallel() and not blas_holders(),
                  (*arrays, self.units, self.block, np.zeros(2, np.int64), 1))
 
 

@@ -285,7 +285,7 @@ fn = Library().define("f", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
     {"op": "multiply", "inputs": ["u", "b"], "outputs": ["y"]}]})
 f32 = TensorType((7,), "float32")
 (call,) = fn.lower([f32, f32], [f32], kernels=chain("cpu", np), where="child", fuse=True).calls
-stats = call.kernel.jobs.stats
+stats = call.kernel.stats
 print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
 """
 
