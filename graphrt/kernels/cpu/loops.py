@@ -486,9 +486,9 @@ def _quantize32(x, scale, zero, low, high):
 """
 
 
-_LOADED: dict[str, tuple[Any, Kernel | None]] = {}
-"""Compiled loops by module name: the job function (of a loop large enough to share) or the
-whole loop, and the gathering wrapper (or None)."""
+_LOADED: dict[tuple[str, bool], tuple[Any, Kernel | None]] = {}
+"""Compiled loops by module name and whether the loop is large enough to share: its job
+function or its whole loop, and the gathering wrapper (or None)."""
 _LOGGED: set[str] = set()  # the reasons the numpy path was taken, each logged once
 
 
@@ -525,7 +525,7 @@ def compile_loop(loop: CpuLoop, parallel: Callable[[], bool] = lambda: False
     key = hashlib.sha256("\0".join([text, numba.__version__, str(signature)]).encode())
     name = f"graphrt_fused_{key.hexdigest()[:24]}"
     wide = prod(loop.arguments[-1].shape) >= PARALLEL_ELEMENTS
-    loaded = _LOADED.get(name)
+    loaded = _LOADED.get((name, wide))  # the module is the same, its compiled entry is not
     if loaded is None:
         try:
             module = _load(name, text)
@@ -538,7 +538,7 @@ def compile_loop(loop: CpuLoop, parallel: Callable[[], bool] = lambda: False
             _numpy_path(reason)
             compiled_path_lost(reason)
             return None
-        loaded = _LOADED[name] = (compiled, module.call if loop.wrapper else None)
+        loaded = _LOADED[name, wide] = (compiled, module.call if loop.wrapper else None)
     entry, gather = loaded
     run = FusedLoop(entry, loop.units, loop.block, parallel) if wide else entry
     return run if gather is None else partial(gather, run)
