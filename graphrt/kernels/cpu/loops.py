@@ -25,12 +25,12 @@ float32, NaN made 0 as numpy's cast makes it; the difference ``x - zero_point`` 
 Such a step is a loop of its own even alone: numpy takes a pass over memory per operation
 (a 64x56x56 uint8 dequantize: 2 ms on numpy, 44 µs compiled, on a 2-core test machine).
 
-A loop is compiled as a job function (:mod:`graphrt.kernels.cpu.job_protocol`) over blocks
-of about 8K elements (or of whole rows, where an input is read along a block of axes): from
-:data:`~graphrt.kernels.cpu.jit.PARALLEL_ELEMENTS` elements, in a graph that runs no product
-on BLAS, the helper threads share them (:class:`FusedLoop`); the same bits either way. The
-BERT-style encoder's bias and GELU after its first feed-forward product, 128 x 1024 elements,
-went from 1.66 to 1.24 ms a layer with the product.
+A loop of :data:`~graphrt.kernels.cpu.jit.PARALLEL_ELEMENTS` elements or more is compiled
+as a job function (:mod:`graphrt.kernels.cpu.job_protocol`) over blocks of about 8K elements
+(or of whole rows, where an input is read along a block of axes), which the helper threads
+share in a graph that runs no product on BLAS (:class:`FusedLoop`), with the same bits
+either way (docs/performance.md gives what that saves the BERT-style encoder's GELU); a
+smaller one is compiled whole.
 
 Without numba (or with ``GRAPHRT_JIT=0``) every run stays on the numpy path; the reason is
 logged once per process.
@@ -185,10 +185,6 @@ class CpuLoop:
     """Types of the kernel's arguments, in order (its signature): inputs, then the output."""
     entries: str = ""
     """The source of the entry points (:data:`_ENTRIES`)."""
-    units: int = 0
-    """How many units the kernel runs over."""
-    block: int = 1
-    """Units of one job: about :data:`JOB_ELEMENTS` elements."""
 
 
 def _padded(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -338,7 +334,7 @@ def loop_source(run: ElementwiseRun, steps: Sequence[ElementwiseStep], types: di
     argument_types += [TensorType((len(chain.values),), types[steps[chain.first][2][0]].dtype)
                        for chain in chains]
     return CpuLoop(kernel, _wrapper(run, direct, chains, types), (*argument_types, out),
-                   _ENTRIES.format(", ".join(arguments), units), units, block)
+                   _ENTRIES.format(", ".join(arguments), units, block))
 
 
 _ENTRIES = """
@@ -350,20 +346,21 @@ def whole({0}):
     _range({0}, 0, {1})
 
 
-def jobs({0}, units, block, counters, grain, bell, caller, call, spins):
+def jobs({0}, counters, grain, bell, caller, call, spins):
     if caller:
         _ring(bell)
-    total = (units + block - 1) // block
+    total = ({1} + {2} - 1) // {2}
     while True:
         first, last = _claim(counters, 0, grain, total)
         if first >= last:
             break
-        _range({0}, first * block, min(units, last * block))
+        _range({0}, first * {2}, min({1}, last * {2}))
         _done(counters, 0, last - first)
     return _finish(counters, total, bell, caller, call, spins)
 """
 """A loop's two entry points: ``whole`` runs every unit, ``jobs`` is its job function
-(:mod:`graphrt.kernels.cpu.job_protocol`) over blocks of units. Only one is compiled: a loop
+(:mod:`graphrt.kernels.cpu.job_protocol`) over blocks of units (the units and the block
+filled in: the shapes are static). Only one is compiled: a loop
 too small to share calls ``whole`` directly (the job protocol's arguments cost a 1000-node
 chain of small loops half its time)."""
 
@@ -529,8 +526,8 @@ def compile_loop(loop: CpuLoop, parallel: Callable[[], bool] = lambda: False
     if loaded is None:
         try:
             module = _load(name, text)
-            compiled = (numba.njit(numba.types.boolean(*signature, i64, i64, counters, i64,
-                                                       counters, numba.types.boolean, i64, i64),
+            compiled = (numba.njit(numba.types.boolean(*signature, counters, i64, counters,
+                                                       numba.types.boolean, i64, i64),
                                    cache=True, nogil=True)(module.jobs) if wide else
                         numba.njit(numba.types.void(*signature), cache=True)(module.whole))
         except (OSError, numba.core.errors.NumbaError) as err:
@@ -540,24 +537,22 @@ def compile_loop(loop: CpuLoop, parallel: Callable[[], bool] = lambda: False
             return None
         loaded = _LOADED[name, wide] = (compiled, module.call if loop.wrapper else None)
     entry, gather = loaded
-    run = FusedLoop(entry, loop.units, loop.block, parallel) if wide else entry
+    run = FusedLoop(entry, parallel) if wide else entry
     return run if gather is None else partial(gather, run)
 
 
 @dataclass(frozen=True)
 class FusedLoop:
-    """A large compiled loop's call: its job function (``jobs``, numba's dispatcher) over
-    ``units`` in blocks of ``block``, on the helper threads where ``parallel()`` on that
-    call (and no inter-op lanes hold the cores), else on the caller."""
+    """A large compiled loop's call: its job function (``jobs``, numba's dispatcher), on the
+    helper threads where ``parallel()`` on that call (and no inter-op lanes hold the cores),
+    else on the caller."""
 
     jobs: Jobs
-    units: int
-    block: int
     parallel: Callable[[], bool]
 
     def __call__(self, *arrays: Any) -> None:
         run_jobs(self.jobs, self.parallel() and not blas_holders(),
-                 (*arrays, self.units, self.block, np.zeros(2, np.int64), 1))
+                 (*arrays, np.zeros(2, np.int64), 1))
 
 
 def _load(name: str, text: str) -> Any:

@@ -16,9 +16,9 @@
   least 16 rows (or fewer, in a graph with compiled convolutions): the packed product on the
   helper threads, with its ``+ residual`` / relu / clip epilogue
   (:mod:`graphrt.kernels.cpu.dense`); ``matmul`` and ``batch_matmul`` of two float32
-  activations of the same leading dimensions (attention's) on the same micro-kernel, packed
-  as it runs (:mod:`graphrt.kernels.cpu.batch_product`), while no product of the graph runs
-  on BLAS; otherwise the reference under the graph's BLAS thread policy (below).
+  activations of the same leading dimensions (attention's) on the same micro-kernel, both
+  read in place (:mod:`graphrt.kernels.cpu.batch_product`), while no product of the graph
+  runs on BLAS; otherwise the reference under the graph's BLAS thread policy (below).
 - runs of elementwise steps: one compiled loop per run (static shapes only;
   :mod:`graphrt.kernels.cpu.loops`).
 

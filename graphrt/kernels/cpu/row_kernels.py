@@ -31,7 +31,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from .job_protocol import JOBS, claim, done, finish, ring
 
@@ -132,18 +132,10 @@ def layer_norm_jobs(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, out: np.
     return finish(counters, total, bell, caller, call, spins)
 
 
-def softmax_rows(x: np.ndarray, out: np.ndarray) -> None:
-    """Per row of ``x`` ``[rows, n]`` (float32 or float64): ``exp(x - max) / sum`` into
-    ``out`` (a NaN makes its row NaN, as numpy's path does)."""
-    (_softmax32 if x.dtype == np.float32 else _softmax64)(x, out, 0, x.shape[0])
-
-
-def softmax_jobs(x: np.ndarray, out: np.ndarray, block: int, counters: np.ndarray, grain: int,
-                 bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
-    """:func:`softmax_rows` as a job function (:mod:`graphrt.kernels.cpu.job_protocol`):
-    ``block`` rows a job."""
-    jobs = _softmax_jobs32 if x.dtype == np.float32 else _softmax_jobs64
-    return bool(jobs(x, out, block, counters, grain, bell, caller, call, spins))
+def _softmax_range(x: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
+    """Rows ``lo`` to ``hi`` of softmax, in compiled code only (:func:`_softmax_of` picks
+    the float32 or the float64 loop from the dtype when a caller is compiled)."""
+    raise NotImplementedError
 
 
 @numba.njit(inline="always", cache=True, fastmath=_FAST)  # no no-NaN/no-inf assumption
@@ -161,9 +153,7 @@ def _scale(dest: np.ndarray, total: float) -> None:
         dest[i] = dest[i] * inverse
 
 
-@numba.njit(types.void(_rows(types.float32, True), _rows(types.float32), types.int64,
-                       types.int64), cache=True, nogil=True, fastmath=_FAST,
-            error_model="numpy")
+@numba.njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
 def _softmax32(x: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
     for r in range(lo, hi):
         row, dest = x[r], out[r]
@@ -176,9 +166,7 @@ def _softmax32(x: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
         _scale(dest, total)
 
 
-@numba.njit(types.void(_rows(types.float64, True), _rows(types.float64), types.int64,
-                       types.int64), cache=True, nogil=True, fastmath=_FAST,
-            error_model="numpy")
+@numba.njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
 def _softmax64(x: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
     for r in range(lo, hi):
         row, dest = x[r], out[r]
@@ -191,28 +179,39 @@ def _softmax64(x: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
         _scale(dest, total)
 
 
-def _softmax_jobs_of(rows: Any, dtype: types.Type) -> Any:
-    """The job function of softmax over ``rows`` (:func:`_softmax32` or :func:`_softmax64`)
-    of ``dtype``."""
+@overload(_softmax_range)
+def _softmax_of(x: Any, out: Any, lo: Any, hi: Any) -> Any:
+    """float32 rows through :func:`exp32` and a float32 sum, float64 ones through libm."""
+    rows = _softmax32 if x.dtype == types.float32 else _softmax64
 
-    @numba.njit(types.boolean(_rows(dtype, True), _rows(dtype), types.int64, *JOBS),
-                cache=True, nogil=True)
-    def jobs(x: np.ndarray, out: np.ndarray, block: int, counters: np.ndarray, grain: int,
-             bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
-        if caller:
-            ring(bell)
-        count = x.shape[0]
-        total = (count + block - 1) // block
-        while True:
-            first, last = claim(counters, 0, grain, total)
-            if first >= last:
-                break
-            rows(x, out, first * block, min(count, last * block))
-            done(counters, 0, last - first)
-        return finish(counters, total, bell, caller, call, spins)
+    def run(x: Any, out: Any, lo: Any, hi: Any) -> None:  # (the typing's annotations)
+        rows(x, out, lo, hi)
 
-    return jobs
+    return run
 
 
-_softmax_jobs32 = _softmax_jobs_of(_softmax32, types.float32)
-_softmax_jobs64 = _softmax_jobs_of(_softmax64, types.float64)
+@numba.njit([types.void(_rows(t, True), _rows(t)) for t in _FLOAT_TYPES], cache=True,
+            nogil=True)
+def softmax_rows(x: np.ndarray, out: np.ndarray) -> None:
+    """Per row of ``x`` ``[rows, n]`` (float32 or float64): ``exp(x - max) / sum`` into
+    ``out`` (a NaN makes its row NaN, as numpy's path does)."""
+    _softmax_range(x, out, 0, x.shape[0])
+
+
+@numba.njit([types.boolean(_rows(t, True), _rows(t), types.int64, *JOBS) for t in _FLOAT_TYPES],
+            cache=True, nogil=True)
+def softmax_jobs(x: np.ndarray, out: np.ndarray, block: int, counters: np.ndarray, grain: int,
+                 bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """:func:`softmax_rows` as a job function (:mod:`graphrt.kernels.cpu.job_protocol`):
+    ``block`` rows a job."""
+    if caller:
+        ring(bell)
+    count = x.shape[0]
+    total = (count + block - 1) // block
+    while True:
+        first, last = claim(counters, 0, grain, total)
+        if first >= last:
+            break
+        _softmax_range(x, out, first * block, min(count, last * block))
+        done(counters, 0, last - first)
+    return finish(counters, total, bell, caller, call, spins)
