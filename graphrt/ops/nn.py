@@ -18,7 +18,10 @@ Layouts and conventions:
   depthwise ones as shifted multiply-adds, the bias added in place. Its data and output may
   each be ``NCHW8c`` (``data_layout``, ``out_layout``: ``[N, C/8, H, W, 8]``), which the
   reference unblocks around the NCHW kernel and the cpu's compiled kernels read and write as
-  they are (:mod:`graphrt.onnx.layout` chooses them for chains of convolutions).
+  they are (:mod:`graphrt.onnx.layout` chooses them for chains of convolutions), or ``NHWC``
+  with the weight ``OHWI`` (``kernel_layout``), which cuDNN reads as they are
+  (:mod:`graphrt.onnx.channels_last` chooses them on cuda). The pools take ``NHWC`` too
+  (``layout``); a global pool of ``NHWC`` data gives ``[N, C, 1, 1]``, the same bytes.
 * ``conv2d_transpose``: weight ``[C_in, O/groups, KH, KW]`` (IOHW, as PyTorch ``ConvTranspose2d``
   and ONNX ``ConvTranspose``); one ``matmul`` then col2im (a strided scatter-add per kernel
   offset). Output size ``(H-1)*stride - pad_begin - pad_end + dilation*(K-1) + output_padding + 1``
@@ -67,12 +70,14 @@ __all__ = [
     "BatchNormAttrs",
     "Conv2DAttrs",
     "Conv2DTransposeAttrs",
+    "GlobalPool2DAttrs",
     "LayerNormAttrs",
     "MatmulAttrs",
     "MaxPool2DAttrs",
     "NoAttrs",
     "Resize2DAttrs",
     "conv2d_blocked",
+    "conv2d_channels_last",
     "conv2d_geometry",
     "nchw_shape",
     "pool2d_windows",
@@ -91,7 +96,7 @@ _FLOATS = ("float16", "float32", "float64")
 
 
 class NoAttrs(Attrs):
-    """Ops without attributes (dense, global pools)."""
+    """Ops without attributes (dense, det)."""
 
 
 class MatmulAttrs(Attrs):
@@ -110,18 +115,24 @@ class _Conv2DGeometry(Attrs):
     groups: PosInt = 1
 
 
-Layout = Literal["NCHW", "NCHW8c"]
-"""An image layout: ``NCHW``, or ``NCHW8c`` (``[N, C/8, H, W, 8]``: the 8 channels of a block
-side by side, as TVM's ``conv2d_NCHWc`` and MLAS's NCHWc kernels take them)."""
+Layout = Literal["NCHW", "NCHW8c", "NHWC"]
+"""An image layout: ``NCHW``; ``NCHW8c`` (``[N, C/8, H, W, 8]``: the 8 channels of a block
+side by side, as TVM's ``conv2d_NCHWc`` and MLAS's NCHWc kernels take them); or ``NHWC``
+(channels last, as cuDNN's tensor-core convolutions and PyTorch's ``channels_last`` take
+them)."""
+ImageLayout = Literal["NCHW", "NHWC"]
+"""The layout of a pool's data (and output)."""
 
 
 class Conv2DAttrs(_Conv2DGeometry):
     """``conv2d``: strides (H, W), padding (top, left, bottom, right), dilation (H, W), groups,
-    and the layouts of the data and of the output (TVM's ``data_layout`` and ``out_layout``;
-    the weight stays OIHW)."""
+    and the layouts of the data, the output and the weight (TVM's ``data_layout``,
+    ``out_layout`` and ``kernel_layout``: the weight is ``OIHW``, or ``OHWI`` beside ``NHWC``
+    data)."""
 
     data_layout: Layout = "NCHW"
     out_layout: Layout = "NCHW"
+    kernel_layout: Literal["OIHW", "OHWI"] = "OIHW"
 
 
 class Conv2DTransposeAttrs(_Conv2DGeometry):
@@ -145,12 +156,20 @@ class MaxPool2DAttrs(Attrs):
     strides: Pair | None = None
     padding: Pads = (0, 0, 0, 0)
     ceil_mode: bool = False
+    layout: ImageLayout = "NCHW"
 
 
 class AvgPool2DAttrs(MaxPool2DAttrs):
     """``avg_pool2d``: as max_pool2d, plus whether padding counts in the divisor."""
 
     count_include_pad: bool = False
+
+
+class GlobalPool2DAttrs(Attrs):
+    """``global_avg_pool2d``, ``global_max_pool2d``: the data's layout. The output is
+    ``[N, C, 1, 1]`` either way (of a 1x1 image, NCHW and NHWC are the same bytes)."""
+
+    layout: ImageLayout = "NCHW"
 
 
 class BatchNormAttrs(Attrs):
@@ -459,29 +478,52 @@ def nchw_shape(shape: tuple[int, ...], blocked: bool) -> tuple[int, ...]:
     return (n, blocks * lanes, *space)
 
 
-def _unblocked_type(x: TensorType, layout: str, what: str) -> TensorType:
-    """``x`` as NCHW where ``layout`` is ``NCHW8c`` (``[N, C/8, H, W, 8]``), else itself."""
+def _nchw_type(x: TensorType, layout: str, what: str) -> TensorType:
+    """``x`` as NCHW, given in ``layout`` (``NCHW``, ``NHWC`` or ``NCHW8c``)."""
     if layout == "NCHW":
         return x
+    if layout == "NHWC":
+        _rank(x, what, 4, " (NHWC)")
+        n, h, w, c = x.shape
+        return TensorType((n, c, h, w), x.dtype)
     _rank(x, what, 5, " (NCHW8c)")
     if x.shape[4] != 8:
         raise OpError(f"{what} in NCHW8c must be [N, C/8, H, W, 8], given {_show(x)}")
     return TensorType(nchw_shape(x.shape, True), x.dtype)
 
 
+def _oihw_type(w: TensorType, layout: str) -> TensorType:
+    """The weight ``w`` as OIHW, given in ``layout`` (``OIHW`` or ``OHWI``)."""
+    if layout == "OIHW":
+        return w
+    _rank(w, "weight", 4, " (OHWI: [O, KH, KW, C/groups])")
+    o, kh, kw, i = w.shape
+    return TensorType((o, i, kh, kw), w.dtype)
+
+
+def _in_layout(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """The NCHW ``shape`` laid out as ``layout``."""
+    n, c, h, w = shape
+    if layout == "NHWC":
+        return (n, h, w, c)
+    if layout == "NCHW8c":
+        return (n, c // 8, h, w, 8)
+    return shape
+
+
 def _infer_conv2d(types: Sequence[TensorType], attrs: Conv2DAttrs, data: Sequence[Any]
                   ) -> list[TensorType]:
-    types = [_unblocked_type(types[0], attrs.data_layout, "data"), *types[1:]]
+    _arity(types, 2, 3, "data, weight[, bias]")
+    types = [_nchw_type(types[0], attrs.data_layout, "data"),
+             _oihw_type(types[1], attrs.kernel_layout), *types[2:]]
     dtype, o = _conv_common(types, attrs, transpose=False)
     (n, _, h, w), (_, _, kh, kw) = types[0].shape, types[1].shape
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs.strides, attrs.dilation, attrs.padding
     oh = _conv_out(h, kh, sh, dh, pt + pb, "H")
     ow = _conv_out(w, kw, sw, dw, pl + pr, "W")
-    if attrs.out_layout == "NCHW":
-        return [TensorType((n, o, oh, ow), dtype)]
-    if o % 8:
+    if attrs.out_layout == "NCHW8c" and o % 8:
         raise OpError(f"out_layout NCHW8c needs output channels divisible by 8, given {o}")
-    return [TensorType((n, o // 8, oh, ow, 8), dtype)]
+    return [TensorType(_in_layout((n, o, oh, ow), attrs.out_layout), dtype)]
 
 
 def conv2d_geometry(attrs: Conv2DAttrs) -> ConvGeometry:
@@ -491,42 +533,74 @@ def conv2d_geometry(attrs: Conv2DAttrs) -> ConvGeometry:
 
 def conv2d_blocked(attrs: Conv2DAttrs) -> tuple[bool, bool]:
     """Whether the data and the output of a ``conv2d`` are ``NCHW8c``."""
-    return attrs.data_layout != "NCHW", attrs.out_layout != "NCHW"
+    return attrs.data_layout == "NCHW8c", attrs.out_layout == "NCHW8c"
+
+
+def conv2d_channels_last(attrs: Conv2DAttrs) -> tuple[bool, bool, bool]:
+    """Whether the data, the output and the weight of a ``conv2d`` are channels last
+    (``NHWC``, ``NHWC``, ``OHWI``)."""
+    return (attrs.data_layout == "NHWC", attrs.out_layout == "NHWC",
+            attrs.kernel_layout == "OHWI")
+
+
+def _to_nchw(x: Any, layout: str, target: Any) -> None:
+    """Write ``x`` (in ``layout``: an image layout, or ``OHWI`` for a weight) into the NCHW
+    (OIHW) array ``target``."""
+    if layout == "NCHW8c":
+        n, blocks, h, w, lanes = x.shape
+        target.reshape(n, blocks, lanes, h, w)[...] = x.transpose(0, 1, 4, 2, 3)
+    else:  # NHWC, OHWI
+        target[...] = x.transpose(0, 3, 1, 2)
+
+
+def _from_nchw(source: Any, layout: str, out: Any) -> None:
+    """Write the NCHW array ``source`` into ``out``, in ``layout``."""
+    if layout == "NCHW8c":
+        n, blocks, oh, ow, lanes = out.shape
+        out[...] = source.reshape(n, blocks, lanes, oh, ow).transpose(0, 1, 3, 4, 2)
+    else:
+        out[...] = source.transpose(0, 2, 3, 1)
 
 
 def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2DAttrs) -> None:
     # The N-d convolution's kernel (GEMM over the batch, 1x1 without im2col, depthwise as
-    # shifted multiply-adds), with the workspace the executor planned in outputs[1:4]. Blocked
-    # data and outputs are unblocked into NCHW copies around it, planned after those three
-    # (the cpu's compiled kernels read and write them as they are); a plain call allocates.
-    blocked_in, blocked_out = conv2d_blocked(attrs)
-    x, out = inputs[0], outputs[0]
+    # shifted multiply-adds), with the workspace the executor planned in outputs[1:4]. Data,
+    # weight and output in another layout go through NCHW (OIHW) copies around it, planned
+    # after those three in that order (the cpu's compiled kernels read and write NCHW8c as it
+    # is, cuDNN NHWC); a plain call allocates them.
     copies = list(outputs[4:])
-    if blocked_in:
-        n, blocks, h, w, lanes = x.shape
-        data = copies.pop(0) if copies else xp.empty_like(x, shape=(n, blocks * lanes, h, w))
-        data.reshape(n, blocks, lanes, h, w)[...] = x.transpose(0, 1, 4, 2, 3)
-        x = data
+    arrays, out = list(inputs), outputs[0]
+    types = [TensorType(tuple(a.shape), str(a.dtype)) for a in inputs]
+    for index, layout in ((0, attrs.data_layout), (1, attrs.kernel_layout)):
+        if layout not in ("NCHW", "OIHW"):
+            nchw = (_nchw_type(types[0], layout, "data") if index == 0
+                    else _oihw_type(types[1], layout))
+            copy = copies.pop(0) if copies else xp.empty_like(arrays[index], shape=nchw.shape)
+            _to_nchw(arrays[index], layout, copy)
+            arrays[index] = copy
     target = out
-    if blocked_out:
-        n, blocks, oh, ow, lanes = out.shape
-        target = copies.pop(0) if copies else xp.empty_like(out, shape=(n, blocks * lanes,
-                                                                         oh, ow))
-    run_conv(xp, [x, *inputs[1:]], [target, *outputs[1:4]], *conv2d_geometry(attrs))
-    if blocked_out:
-        out[...] = target.reshape(n, blocks, lanes, oh, ow).transpose(0, 1, 3, 4, 2)
+    if attrs.out_layout != "NCHW":
+        shape = _nchw_type(TensorType(tuple(out.shape), str(out.dtype)), attrs.out_layout,
+                           "output").shape
+        target = copies.pop(0) if copies else xp.empty_like(out, shape=shape)
+    run_conv(xp, arrays, [target, *outputs[1:4]], *conv2d_geometry(attrs))
+    if target is not out:
+        _from_nchw(target, attrs.out_layout, out)
 
 
 def _conv2d_workspace(xp: Any, types: Sequence[TensorType], attrs: Conv2DAttrs
                       ) -> list[TensorType]:
-    """The convolution's three arrays, then an NCHW copy of blocked data and of a blocked
-    output."""
+    """The convolution's three arrays, then NCHW (OIHW) copies of the data, the weight and
+    the output where they are in another layout."""
     out = _infer_conv2d(types, attrs, [None] * len(types))[0]
-    data = _unblocked_type(types[0], attrs.data_layout, "data")
-    nchw = _unblocked_type(out, attrs.out_layout, "output")
-    copies = [t for t, blocked in zip((data, nchw), conv2d_blocked(attrs), strict=True)
-              if blocked]
-    return [*conv_workspace(xp, [data, *types[1:]], nchw, conv2d_geometry(attrs)), *copies]
+    data = _nchw_type(types[0], attrs.data_layout, "data")
+    weight = _oihw_type(types[1], attrs.kernel_layout)
+    nchw = _nchw_type(out, attrs.out_layout, "output")
+    copies = [t for t, other in ((data, attrs.data_layout != "NCHW"),
+                                 (weight, attrs.kernel_layout != "OIHW"),
+                                 (nchw, attrs.out_layout != "NCHW")) if other]
+    return [*conv_workspace(xp, [data, weight, *types[2:]], nchw, conv2d_geometry(attrs)),
+            *copies]
 
 
 def _infer_conv2d_transpose(types: Sequence[TensorType], attrs: Conv2DTransposeAttrs,
@@ -589,8 +663,8 @@ def _conv2d_transpose(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
 def _infer_pool(types: Sequence[TensorType], attrs: MaxPool2DAttrs, dtypes: Sequence[str]
                 ) -> list[TensorType]:
     _arity(types, 1, 1, "data")
-    x = types[0]
     dtype = _float_dtypes(types, ["data"], dtypes)
+    x = _nchw_type(types[0], attrs.layout, "data")
     _rank(x, "data", 4, " (NCHW)")
     _positive_shape(x, "data")
     n, c, h, w = x.shape
@@ -599,7 +673,7 @@ def _infer_pool(types: Sequence[TensorType], attrs: MaxPool2DAttrs, dtypes: Sequ
     pt, pl, pb, pr = attrs.padding
     oh = _pool_out(h, kh, sh, pt, pb, attrs.ceil_mode, "H")
     ow = _pool_out(w, kw, sw, pl, pr, attrs.ceil_mode, "W")
-    return [TensorType((n, c, oh, ow), dtype)]
+    return [TensorType(_in_layout((n, c, oh, ow), attrs.layout), dtype)]
 
 
 _MAX_POOL_DTYPES = (*_FLOATS, "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -623,9 +697,15 @@ def pool2d_windows(attrs: MaxPool2DAttrs) -> list[AxisWindow]:
     return [(kh, sh, 1, pt), (kw, sw, 1, pl)]
 
 
+def _nchw_view(x: Any, layout: str) -> Any:
+    """An image array in ``layout`` (``NCHW`` or ``NHWC``) seen as NCHW."""
+    return x if layout == "NCHW" else x.transpose(0, 3, 1, 2)
+
+
 def _max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                 attrs: MaxPool2DAttrs) -> None:
-    window_reduce(xp, inputs[0], outputs[0], pool2d_windows(attrs), "max")
+    window_reduce(xp, _nchw_view(inputs[0], attrs.layout),
+                  _nchw_view(outputs[0], attrs.layout), pool2d_windows(attrs), "max")
 
 
 def _pool_counts(size: int, n_out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
@@ -638,7 +718,7 @@ def _pool_counts(size: int, n_out: int, kernel: int, stride: int, pad_begin: int
 
 def _avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                 attrs: AvgPool2DAttrs) -> None:
-    x, out = inputs[0], outputs[0]
+    x, out = _nchw_view(inputs[0], attrs.layout), _nchw_view(outputs[0], attrs.layout)
     _, _, h, w = x.shape
     _, _, oh, ow = out.shape
     work = accumulator(out.dtype)  # float16 sums in float32, rounded once
@@ -654,38 +734,50 @@ def _avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
         out[...] = acc
 
 
-def _infer_global_pool(types: Sequence[TensorType], dtypes: Sequence[str]) -> list[TensorType]:
+def _infer_global_pool(types: Sequence[TensorType], layout: str, dtypes: Sequence[str]
+                       ) -> list[TensorType]:
     _arity(types, 1, 1, "data")
-    x = types[0]
     dtype = _float_dtypes(types, ["data"], dtypes)
+    x = _nchw_type(types[0], layout, "data")
     _rank(x, "data", 4, " (NCHW)")
     _positive_shape(x, "data")
     return [TensorType((x.shape[0], x.shape[1], 1, 1), dtype)]
 
 
-def _infer_global_avg_pool2d(types: Sequence[TensorType], attrs: NoAttrs, data: Sequence[Any]
-                             ) -> list[TensorType]:
-    return _infer_global_pool(types, _FLOATS)
+def _infer_global_avg_pool2d(types: Sequence[TensorType], attrs: GlobalPool2DAttrs,
+                             data: Sequence[Any]) -> list[TensorType]:
+    return _infer_global_pool(types, attrs.layout, _FLOATS)
 
 
-def _infer_global_max_pool2d(types: Sequence[TensorType], attrs: NoAttrs, data: Sequence[Any]
-                             ) -> list[TensorType]:
-    return _infer_global_pool(types, _MAX_POOL_DTYPES)
+def _infer_global_max_pool2d(types: Sequence[TensorType], attrs: GlobalPool2DAttrs,
+                             data: Sequence[Any]) -> list[TensorType]:
+    return _infer_global_pool(types, attrs.layout, _MAX_POOL_DTYPES)
+
+
+def _global_pooled(x: Any, out: Any, layout: str) -> tuple[tuple[int, int], Any]:
+    """The spatial axes of ``x`` and ``out`` as ``x``'s layout sees it (``[N, C, 1, 1]`` is
+    ``[N, 1, 1, C]``'s bytes)."""
+    if layout == "NCHW":
+        return (2, 3), out
+    n, c = out.shape[:2]
+    return (1, 2), out.reshape(n, 1, 1, c)
 
 
 def _global_avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
-                       attrs: NoAttrs) -> None:
-    x, out = inputs[0], outputs[0]
+                       attrs: GlobalPool2DAttrs) -> None:
+    x = inputs[0]
+    axes, out = _global_pooled(x, outputs[0], attrs.layout)
     work = accumulator(x.dtype)  # float16 sums in float32, rounded once
     if work == x.dtype:
-        xp.mean(x, axis=(2, 3), keepdims=True, out=out)
+        xp.mean(x, axis=axes, keepdims=True, out=out)
     else:
-        out[...] = xp.mean(x, axis=(2, 3), keepdims=True, dtype=work)
+        out[...] = xp.mean(x, axis=axes, keepdims=True, dtype=work)
 
 
 def _global_max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
-                       attrs: NoAttrs) -> None:
-    xp.max(inputs[0], axis=(2, 3), keepdims=True, out=outputs[0])
+                       attrs: GlobalPool2DAttrs) -> None:
+    axes, out = _global_pooled(inputs[0], outputs[0], attrs.layout)
+    xp.max(inputs[0], axis=axes, keepdims=True, out=out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -809,9 +901,9 @@ register_op(OpDef(name="max_pool2d", attrs=MaxPool2DAttrs, arity=1, infer=_infer
                   compute=_max_pool2d))
 register_op(OpDef(name="avg_pool2d", attrs=AvgPool2DAttrs, arity=1, infer=_infer_avg_pool2d,
                   compute=_avg_pool2d))
-register_op(OpDef(name="global_avg_pool2d", attrs=NoAttrs, arity=1,
+register_op(OpDef(name="global_avg_pool2d", attrs=GlobalPool2DAttrs, arity=1,
                   infer=_infer_global_avg_pool2d, compute=_global_avg_pool2d))
-register_op(OpDef(name="global_max_pool2d", attrs=NoAttrs, arity=1,
+register_op(OpDef(name="global_max_pool2d", attrs=GlobalPool2DAttrs, arity=1,
                   infer=_infer_global_max_pool2d, compute=_global_max_pool2d))
 register_op(OpDef(name="batch_norm", attrs=BatchNormAttrs, arity=5, infer=_infer_batch_norm,
                   compute=_batch_norm))

@@ -301,6 +301,53 @@ def test_conv2d_blocked_layouts(device: graphrt.Device, data_layout: str, out_la
     close(got, _blocked(want) if out_layout == "NCHW8c" else want)
 
 
+def _nhwc(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+def _near(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    assert got.shape == want.shape and got.dtype == dtype
+    tolerance = 1e-2 if dtype == "float16" else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("data_layout", "out_layout", "kernel_layout"),
+                         [("NHWC", "NHWC", "OHWI"), ("NHWC", "NCHW", "OIHW"),
+                          ("NCHW", "NHWC", "OHWI"), ("NCHW", "NCHW", "OHWI")])
+@pytest.mark.parametrize(("groups", "dilation", "dtype"),
+                         [(1, (1, 1), "float32"), (2, (2, 1), "float32"),
+                          (12, (1, 1), "float32"), (1, (1, 1), "float16")])
+def test_conv2d_channels_last(device: graphrt.Device, data_layout: str, out_layout: str,
+                              kernel_layout: str, groups: int, dilation: tuple[int, int],
+                              dtype: str) -> None:
+    """``NHWC`` data and outputs and an ``OHWI`` weight are the NCHW convolution's,
+    transposed (the reference runs NCHW copies; cuDNN reads them as they are)."""
+    x, w, b = (rand(2, 12, 7, 6, dtype=dtype), rand(12, 12 // groups, 3, 2, dtype=dtype),
+               rand(12, dtype=dtype))
+    attrs = {"padding": (1, 0, 1, 1), "strides": (2, 1), "groups": groups,
+             "dilation": dilation, "data_layout": data_layout, "out_layout": out_layout,
+             "kernel_layout": kernel_layout}
+    got = run_op("conv2d", [_nhwc(x) if data_layout == "NHWC" else x,
+                            _nhwc(w) if kernel_layout == "OHWI" else w, b], attrs, device)[0]
+    want = ref_conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                      (2, 1), (1, 0, 1, 1), dilation, groups)
+    _near(got, _nhwc(want) if out_layout == "NHWC" else want, dtype)
+
+
+def test_conv2d_channels_last_workspace_holds_its_copies() -> None:
+    """The executor plans the NCHW copies after the convolution's own three arrays: data,
+    weight and output, in that order, where they are channels last."""
+    op = get_op("conv2d")
+    attrs = op.attrs.model_validate({"data_layout": "NHWC", "out_layout": "NHWC",
+                                     "kernel_layout": "OHWI", "padding": (1, 1, 1, 1)})
+    types = [TensorType((1, 5, 6, 4), F32), TensorType((8, 3, 3, 4), F32)]
+    assert op.infer(types, attrs, [None, None]) == [TensorType((1, 5, 6, 8), F32)]
+    assert op.workspace is not None
+    copies = op.workspace(np, types, attrs)[-3:]
+    assert [t.shape for t in copies] == [(1, 4, 5, 6), (8, 4, 3, 3), (1, 8, 5, 6)]
+
+
 TRANSPOSE_CASES = [
     # (data shape, out channels per group, kernel, strides, padding, dilation, groups, out pad)
     ((2, 3, 4, 4), 2, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, (0, 0)),
@@ -490,6 +537,31 @@ def test_global_pools(device: graphrt.Device, dtype: str) -> None:
     close(run_op("global_max_pool2d", [x], {}, device)[0], top)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("shape", "pool", "strides", "padding", "ceil"), POOL_CASES[:3])
+def test_pools_channels_last(device: graphrt.Device, shape: tuple[int, int, int, int],
+                             pool: tuple[int, int], strides: tuple[int, int] | None,
+                             padding: tuple[int, int, int, int], ceil: bool) -> None:
+    x = rand(*shape)
+    attrs = {"pool_size": pool, "strides": strides, "padding": padding, "ceil_mode": ceil,
+             "layout": "NHWC"}
+    close(run_op("max_pool2d", [_nhwc(x)], attrs, device)[0],
+          _nhwc(ref_pool(x, "max", pool, strides or pool, padding, ceil)))
+    close(run_op("avg_pool2d", [_nhwc(x)], {**attrs, "count_include_pad": True}, device)[0],
+          _nhwc(ref_pool(x, "avg", pool, strides or pool, padding, ceil, True)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_global_pools_of_channels_last_data_give_nchw(device: graphrt.Device,
+                                                      dtype: str) -> None:
+    """[N, C, 1, 1] either way: of a 1x1 image, NCHW and NHWC are the same bytes."""
+    x = rand(2, 5, 4, 3, dtype=dtype)
+    for name, reduce in (("global_avg_pool2d", np.mean), ("global_max_pool2d", np.max)):
+        got = run_op(name, [_nhwc(x)], {"layout": "NHWC"}, device)[0]
+        _near(got, reduce(x.astype(np.float64), axis=(2, 3), keepdims=True), dtype)
+
+
 # --------------------------------------------------------------------------------------------
 # Normalization
 
@@ -627,6 +699,17 @@ REJECTIONS: list[tuple[str, list[Any], dict[str, Any], str]] = [
      "data must be 5-D"),
     ("conv2d", [((1, 8, 5, 5), F32), ((12, 8, 3, 3), F32)], {"out_layout": "NCHW8c"},
      "divisible by 8, given 12"),
+    ("conv2d", [((1, 5, 5, 3, 1), F32), ((4, 3, 3, 3), F32)], {"data_layout": "NHWC"},
+     "data must be 4-D (NHWC)"),
+    ("conv2d", [((1, 5, 5, 3), F32), ((4, 3, 3), F32)], {"data_layout": "NHWC",
+                                                          "kernel_layout": "OHWI"},
+     "OHWI: [O, KH, KW, C/groups]"),
+    ("conv2d", [((1, 5, 5, 3), F32), ((4, 3, 3, 2), F32)], {"data_layout": "NHWC",
+                                                             "kernel_layout": "OHWI"},
+     "C/groups = 3/1 = 3"),
+    ("max_pool2d", [((1, 5, 5), F32)], {"pool_size": (2, 2), "layout": "NHWC"},
+     "data must be 4-D (NHWC)"),
+    ("global_avg_pool2d", [((1, 5, 5), F32)], {"layout": "NHWC"}, "data must be 4-D (NHWC)"),
     ("conv2d_transpose", [((1, 3, 5, 5), F32), ((4, 2, 3, 3), F32)], {}, "C_in = 3"),
     ("conv2d_transpose", [((1, 3, 5, 5), F32), ((3, 2, 3, 3), F32)], {"groups": 2},
      "divisible by groups"),
@@ -679,7 +762,9 @@ def test_rejections(name: str, inputs: list[tuple[tuple[int, ...], str]], attrs:
     ("conv2d", {"groups": 0}),
     ("conv2d", {"dilation": (1, 0)}),
     ("conv2d", {"output_padding": (1, 1)}),
-    ("conv2d", {"data_layout": "NHWC"}),
+    ("conv2d", {"data_layout": "NCHW4c"}),
+    ("conv2d", {"kernel_layout": "HWIO"}),
+    ("max_pool2d", {"pool_size": (2, 2), "layout": "NCHW8c"}),
     ("conv2d_transpose", {"out_layout": "NCHW8c"}),
     ("conv2d_transpose", {"output_padding": (-1, 0)}),
     ("max_pool2d", {}),

@@ -47,7 +47,13 @@ from typing import Any
 
 from ...ops import OpDef, TensorType, normalize_axis
 from ...ops.convolution import conv_geometry
-from ...ops.nn import conv2d_blocked, conv2d_geometry, nchw_shape, pool2d_windows
+from ...ops.nn import (
+    conv2d_blocked,
+    conv2d_channels_last,
+    conv2d_geometry,
+    nchw_shape,
+    pool2d_windows,
+)
 from ...ops.pooling import axis_windows
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
 from .batch_product import batch_product_call
@@ -111,6 +117,9 @@ class CpuProvider:
         name = op.name
         if epilogue.bias:  # the cpu's kernels add no bias vector: the fused loop after does
             return None
+        if getattr(attrs, "layout", "NCHW") != "NCHW" or (
+                name == "conv2d" and any(conv2d_channels_last(attrs))):
+            return None  # channels last (a cuda conversion's): the reference
         if name in _CONVS:
             return self._conv(op, attrs, inputs, outputs[0], epilogue, dynamic, xp)
         if name == "qlinear_conv":

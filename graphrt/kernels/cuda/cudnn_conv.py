@@ -1,16 +1,17 @@
 """Convolutions through NVIDIA's cuDNN frontend (``import cudnn``, pip
 ``nvidia-cudnn-frontend``), planned at ``create()`` and capturable into CUDA graphs.
 
-One cuDNN operation graph per (shapes, dtypes, geometry, epilogue): ``conv_fprop`` over NCHW
-(or N-d) tensors, then the bias, the residual add and relu the declarative function fuses
-after it, computed in float32 and stored once in the output's dtype. float32 convolutions
-take no TF32 plan (PyTorch's default does): graphrt's float32 matches the cpu's to float32
-rounding; float16 runs on tensor cores with float32 accumulation. Heuristics ``A`` then
-``FALLBACK`` pick the plan; its workspace is a planned scratch array of the node
-(:attr:`Prepared.workspace`), so a call allocates nothing, synchronizes nothing and can be
-recorded into a CUDA graph (CuPy refuses cuBLAS under capture; cuDNN's frontend runs there,
-verified on an H200: ``../shared/gpu-notes.md``). Plans are cached per process by that key,
-so a second module of the same model builds nothing.
+One cuDNN operation graph per (shapes, dtypes, layouts, geometry, epilogue): ``conv_fprop``
+over NCHW (or N-d) tensors, or NHWC ones with an OHWI weight (declared to cuDNN as the same
+NCHW dims with channels-last strides: its tensor-core kernels' own layout), then the bias, the
+residual add and relu the declarative function fuses after it, computed in float32 and stored
+once in the output's dtype. float32 convolutions take no TF32 plan (PyTorch's default does):
+graphrt's float32 matches the cpu's to float32 rounding; float16 runs on tensor cores with
+float32 accumulation. Heuristics ``A`` then ``FALLBACK`` pick the plan; its workspace is a
+planned scratch array of the node (:attr:`Prepared.workspace`), so a call allocates nothing,
+synchronizes nothing and can be recorded into a CUDA graph (CuPy refuses cuBLAS under capture;
+cuDNN's frontend runs there, verified on an H200: ``../shared/gpu-notes.md``). Plans are cached
+per process by that key, so a second module of the same model builds nothing.
 
 Where cuDNN cannot run a case (a dynamic node, an empty output, cuDNN not installed or not
 supporting the graph), :func:`prepare_conv` returns None and the next provider runs it.
@@ -28,7 +29,7 @@ from typing import Any
 from ...ops import TensorType
 from ..base import Epilogue, Prepared
 
-__all__ = ["cudnn_module", "prepare_conv"]
+__all__ = ["channels_last_dims", "cudnn_module", "prepare_conv"]
 
 log = logging.getLogger("graphrt")
 
@@ -91,11 +92,32 @@ def post_padding(x: Sequence[int], w: Sequence[int], out: Sequence[int],
     return pads
 
 
+def channels_last_dims(shape: Sequence[int], channels_last: bool
+                       ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The NCHW dims (OIHW for a weight) and the strides, in elements, that declare a tensor
+    of ``shape`` to cuDNN: as they are, or, ``channels_last``, an NHWC (OHWI) array's.
+
+    Example:
+        >>> channels_last_dims((2, 5, 5, 8), True)
+        ((2, 8, 5, 5), (200, 1, 40, 8))
+        >>> channels_last_dims((2, 8, 5, 5), False)
+        ((2, 8, 5, 5), (200, 25, 5, 1))
+    """
+    strides = contiguous_strides(shape)
+    if not channels_last:
+        return tuple(shape), tuple(strides)
+    n, *space, c = shape
+    return (n, c, *space), (strides[0], 1, *strides[1:-1])
+
+
 def prepare_conv(inputs: Sequence[TensorType], out: TensorType, groups: int,
                  strides: Sequence[int], dilation: Sequence[int], begin: Sequence[int],
-                 epilogue: Epilogue, *, dynamic: bool, xp: Any) -> Prepared | None:
+                 epilogue: Epilogue, *, dynamic: bool, xp: Any,
+                 channels_last: tuple[bool, bool, bool] = (False, False, False)
+                 ) -> Prepared | None:
     """A cuDNN convolution (``inputs``: data, weight[, bias]) with ``epilogue``, or None.
 
+    ``channels_last`` says whether the data, the output and the weight are NHWC (OHWI).
     ``call(x, w[, bias][, residual], out[, workspace])`` runs on CuPy's (``xp``) current
     stream and device.
     """
@@ -107,11 +129,13 @@ def prepare_conv(inputs: Sequence[TensorType], out: TensorType, groups: int,
             or len(x.shape) not in (4, 5) or any(t.dtype != x.dtype for t in inputs)):
         return None
     ordinal = int(xp.cuda.Device().id)
-    post = post_padding(x.shape, w.shape, out.shape, strides, dilation, begin)
+    data, result, weight = (channels_last_dims(t.shape, last)
+                            for t, last in zip((x, out, w), channels_last, strict=True))
+    post = post_padding(data[0], weight[0], result[0], strides, dilation, begin)
     if post is None or min(begin, default=0) < 0:
         return None
     has_bias = len(inputs) == 3
-    key = (x.shape, w.shape, out.shape, x.dtype, groups, tuple(strides), tuple(dilation),
+    key = (data, weight, result, x.dtype, groups, tuple(strides), tuple(dilation),
            tuple(begin), tuple(post), has_bias, epilogue.residual, epilogue.relu, ordinal)
     with _LOCK:
         if key not in _PLANS:
@@ -134,14 +158,14 @@ def prepare_conv(inputs: Sequence[TensorType], out: TensorType, groups: int,
 def _build(cudnn: Any, key: ConvKey, ordinal: int) -> Built:
     """Build and plan the operation graph of ``key``: its graph, its tensors in call order
     (x, w[, bias][, residual], y) and its workspace bytes."""
-    (xs, ws, ys, dtype, _groups, strides, dilation, begin, post, has_bias, residual,
-     relu, _) = key
+    ((xs, x_strides), (ws, w_strides), (ys, y_strides), dtype, _groups, strides, dilation,
+     begin, post, has_bias, residual, relu, _) = key
     io = getattr(cudnn.data_type, _DTYPES[dtype])
     f32 = cudnn.data_type.FLOAT
     graph = cudnn.pygraph(io_data_type=io, intermediate_data_type=f32, compute_data_type=f32,
                           handle=_handle(ordinal))
-    x = graph.tensor(name="x", dim=list(xs), stride=contiguous_strides(xs), data_type=io)
-    w = graph.tensor(name="w", dim=list(ws), stride=contiguous_strides(ws), data_type=io)
+    x = graph.tensor(name="x", dim=list(xs), stride=list(x_strides), data_type=io)
+    w = graph.tensor(name="w", dim=list(ws), stride=list(w_strides), data_type=io)
     tensors = [x, w]
     y = graph.conv_fprop(image=x, weight=w, pre_padding=list(begin), post_padding=list(post),
                          stride=list(strides), dilation=list(dilation), compute_data_type=f32)
@@ -153,14 +177,14 @@ def _build(cudnn: Any, key: ConvKey, ordinal: int) -> Built:
         tensors.append(bias)
         y = graph.bias(input=y, bias=bias)
     if residual:
-        extra = graph.tensor(name="residual", dim=list(ys), stride=contiguous_strides(ys),
+        extra = graph.tensor(name="residual", dim=list(ys), stride=list(y_strides),
                              data_type=io)
         tensors.append(extra)
         y = graph.add(a=y, b=extra)
     if relu:
         y = graph.relu(input=y)
-    # pinned to the output's own NCHW strides: left unset, cuDNN infers channels-last
-    y.set_output(True).set_data_type(io).set_dim(list(ys)).set_stride(contiguous_strides(ys))
+    # pinned to the output's own strides: left unset, cuDNN infers channels-last
+    y.set_output(True).set_data_type(io).set_dim(list(ys)).set_stride(list(y_strides))
     tensors.append(y)
     graph.validate()
     graph.build_operation_graph()

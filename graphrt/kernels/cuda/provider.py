@@ -20,7 +20,7 @@ from typing import Any
 
 from ...ops import OpDef, TensorType, elementwise_runs, normalize_axis
 from ...ops.convolution import conv_geometry
-from ...ops.nn import conv2d_blocked, conv2d_geometry, pool2d_windows
+from ...ops.nn import conv2d_blocked, conv2d_channels_last, conv2d_geometry, pool2d_windows
 from ...ops.pooling import axis_windows
 from ...ops.quantize import QUANT_EXPRESSIONS
 from ..base import ElementwiseStep, Epilogue, FusedRun, Prepared
@@ -94,13 +94,17 @@ class CudaProvider:
             windows = (pool2d_windows(attrs) if op.name == "max_pool2d"
                        else axis_windows(attrs, 2))
             pool = max_pool2d_kernel(inputs[0], outputs[0], windows,
-                                     op.positional(xp, attrs, 1), dynamic=dynamic, xp=xp)
+                                     op.positional(xp, attrs, 1), dynamic=dynamic, xp=xp,
+                                     channels_last=getattr(attrs, "layout", "NCHW") == "NHWC")
             return None if pool is None else Prepared(pool, provider=self.name)
         if op.name not in _CONVS or (op.name == "conv2d" and any(conv2d_blocked(attrs))):
             return None  # blocked layouts (a cpu conversion's) take the reference
-        geometry = (conv2d_geometry(attrs) if op.name == "conv2d"
-                    else conv_geometry(attrs, len(inputs[0].shape) - 2))
-        return prepare_conv(inputs, outputs[0], *geometry, epilogue, dynamic=dynamic, xp=xp)
+        if op.name == "conv2d":
+            return prepare_conv(inputs, outputs[0], *conv2d_geometry(attrs), epilogue,
+                                dynamic=dynamic, xp=xp,
+                                channels_last=conv2d_channels_last(attrs))
+        return prepare_conv(inputs, outputs[0], *conv_geometry(attrs, len(inputs[0].shape) - 2),
+                            epilogue, dynamic=dynamic, xp=xp)
 
     def fuse(self, steps: Sequence[ElementwiseStep], exported: set[str],
              types: dict[str, TensorType], *, dynamic: bool, xp: Any) -> list[FusedRun]:
@@ -134,6 +138,8 @@ def _row_op(name: str, attrs: Any, x: TensorType) -> tuple[str, float, TensorTyp
             return None
         return "layer_norm", attrs.epsilon, x
     if name == "global_avg_pool2d":
+        if attrs.layout != "NCHW":  # a mean over H and W, not trailing: the reference
+            return None
         kind, axes = "mean", [2, 3]
     elif attrs.kind in ("sum", "mean") and attrs.axes:
         kind, axes = attrs.kind, attrs.axes

@@ -1,6 +1,6 @@
 """2-D max pooling as one CUDA kernel on a real GPU (skipped cleanly without one): every
 geometry against the reference on the host (padding skipped, strides, dilation, ceil mode,
-NaN kept), float32 and float16; a strided operand takes the reference."""
+NaN kept), float32 and float16, NCHW and NHWC; a strided operand takes the reference."""
 
 from __future__ import annotations
 
@@ -24,17 +24,20 @@ CASES = [  # (op, attrs, x shape)
 ]
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_max_pool_matches_the_reference(case: int, dtype: str) -> None:
-    name, raw, shape = CASES[case]
+def test_max_pool_matches_the_reference(case: int, dtype: str, layout: str) -> None:
+    name, raw, (n, c, h, w) = CASES[case]
+    if layout == "NHWC" and name != "max_pool2d":
+        pytest.skip("the N-d max_pool has no layout")
     op = get_op(name)
-    attrs = op.attrs.model_validate(raw)
-    x = TensorType(shape, dtype)
+    attrs = op.attrs.model_validate({**raw, **({"layout": layout} if layout == "NHWC" else {})})
+    x = TensorType((n, h, w, c) if layout == "NHWC" else (n, c, h, w), dtype)
     (out,) = op.infer([x], attrs, [None])
     prepared = chain("cuda", cupy).prepare(op, attrs, [x], [out])
     assert prepared is not None and prepared.provider == "cuda" and prepared.capturable
-    host = np.random.default_rng(case).standard_normal(shape).astype(dtype)
+    host = np.random.default_rng(case).standard_normal(x.shape).astype(dtype)
     host[0, 0, 1, 1] = np.nan
     want = np.empty(out.shape, dtype)
     op.positional(np, attrs, 1)(host, want)
@@ -57,3 +60,4 @@ def test_a_strided_input_takes_the_reference() -> None:
     want = np.empty(out.shape, "float32")
     op.positional(np, attrs, 1)(host.transpose(0, 1, 3, 2), want)
     np.testing.assert_array_equal(got.get(), want)
+
