@@ -9,6 +9,9 @@ Three parts (``--models``), each run on ``--device`` (``cuda:0``):
     (``create(..., cuda_graph=True)``, ``run()``). PyTorch, in the same process, runs
     ``torchvision.models.resnet50()`` (random weights, eval, ``cudnn.benchmark``), NCHW and
     ``channels_last`` (model and input), eager and captured in one ``torch.cuda.CUDAGraph``.
+    graphrt converts it for the device (``devices=["cuda"]``: its tensors NHWC between the
+    convolutions); ``gr. NCHW`` is the same model converted with ``channels_last=False``,
+    replayed.
 ``encoder``
     The BERT-style encoder (hidden 256, 4 heads, feed-forward 1024, 4 layers, sequence 128) at
     batch 1 and 8, float32 and float16, the same two graphrt modules; PyTorch runs
@@ -80,8 +83,8 @@ from onnx_models import load_models
 
 PARTS = ("resnet50", "encoder", "copies")
 HEADS = 4  # the encoder's attention heads (bert_encoder's default); feed-forward 4 x hidden
-COLUMNS = ("graphrt", "graphrt graph", "torch eager", "torch graph", "torch eager CL",
-           "torch graph CL")
+COLUMNS = ("graphrt", "graphrt graph", "graphrt graph NCHW", "torch eager", "torch graph",
+           "torch eager CL", "torch graph CL")
 NAN = float("nan")
 Call = Callable[[], object]
 
@@ -266,7 +269,7 @@ def measure_model(models: ModuleType, part: str, batch: int, dtype: str, device:
     model = build(models, part, batch, dtype, sizes)
     feeds = models.sample_inputs(model)
     start = time.perf_counter()
-    bundle = graphrt.from_onnx(model)
+    bundle = graphrt.from_onnx(model, devices=[device.kind])
     convert_s = time.perf_counter() - start
     start = time.perf_counter()
     plain = bundle.create(device)
@@ -276,6 +279,9 @@ def measure_model(models: ModuleType, part: str, batch: int, dtype: str, device:
     again_s = time.perf_counter() - start
     inputs = on_device(feeds, device)
     mods = {"graphrt": plain, "graphrt graph": replayed}
+    if part == "resnet50":  # the same model with its tensors left NCHW, for comparison
+        mods["graphrt graph NCHW"] = graphrt.from_onnx(
+            model, devices=[device.kind], channels_last=False).create(device, cuda_graph=True)
     for mod in mods.values():
         mod.set_input(**inputs)
         for _ in range(3):  # a warm-up run, the recording, a replay
@@ -283,7 +289,7 @@ def measure_model(models: ModuleType, part: str, batch: int, dtype: str, device:
     report = replayed.capture_report()
     errs: dict[str, float] | None = None
     if args.check_all or part == "encoder" or batch == 1:
-        reference = bundle.create(graphrt.cpu(0))
+        reference = graphrt.from_onnx(model).create(graphrt.cpu(0))
         reference.run(**feeds)
         want = np.array(reference.get_output(0))
         errs = {name: relative_error(mod.get_output(0, out=np.empty_like(want)), want)
@@ -311,7 +317,8 @@ def cell(value: float, width: int, spec: str) -> str:
 def print_model_header() -> None:
     print("ms per call; vs graph / vs eager: graphrt graph / PyTorch's best CUDA graph / "
           "eager; rel err: against graphrt on the cpu")
-    heads = ("graphrt", "gr. graph", "pt eager", "pt graph", "pt eag CL", "pt grf CL")
+    heads = ("graphrt", "gr. graph", "gr. NCHW", "pt eager", "pt graph", "pt eag CL",
+             "pt grf CL")
     print(f"{'model':<24}" + "".join(f"{h:>11}" for h in heads)
           + f"{'vs graph':>10}{'vs eager':>10}{'rel err':>10}", flush=True)
 

@@ -40,8 +40,8 @@ def _placement(text: str) -> tuple[str, str]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add ``MODEL``, ``-o/--output``, ``--dim``, ``--shape``, ``--no-fuse``, ``--devices``,
-    ``--place`` and ``--overwrite``."""
+    """Add ``MODEL``, ``-o/--output``, ``--dim``, ``--shape``, ``--no-fuse``,
+    ``--no-channels-last``, ``--devices``, ``--place`` and ``--overwrite``."""
     parser.add_argument("model", metavar="MODEL", help="the ONNX model file")
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the bundle to write: a directory, or a single file when OUT "
@@ -55,6 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "what the model declares (repeat for several)")
     parser.add_argument("--no-fuse", action="store_true",
                         help="one node per standard op (for debugging)")
+    parser.add_argument("--no-channels-last", action="store_true",
+                        help="keep cuda's convolutions NCHW (by default the tensors between "
+                             "them are NHWC, as cuDNN's tensor cores read them)")
     parser.add_argument("--devices", metavar="TYPES",
                         help="device types in order of preference, e.g. cuda,cpu")
     parser.add_argument("--place", action="append", default=[], type=_placement,
@@ -66,7 +69,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def convert_command(args: argparse.Namespace) -> int:
     """``graphrt convert MODEL -o OUT [--dim NAME=BOUND ...] [--shape NAME=D0,D1,... ...]
-    [--no-fuse] [--devices TYPES] [--place OP=DEVICE ...] [--overwrite]``."""
+    [--no-fuse] [--no-channels-last] [--devices TYPES] [--place OP=DEVICE ...]
+    [--overwrite]``."""
     from ..onnx import from_onnx  # needs the optional onnx package
 
     devices = None
@@ -77,7 +81,8 @@ def convert_command(args: argparse.Namespace) -> int:
     bundle = from_onnx(Path(args.model), dim_bounds=pairs_to_dict(args.dim, "--dim") or None,
                        shapes=pairs_to_dict(args.shape, "--shape") or None,
                        fuse=not args.no_fuse, devices=devices,
-                       placement=pairs_to_dict(args.place, "--place") or None)
+                       placement=pairs_to_dict(args.place, "--place") or None,
+                       channels_last=not args.no_channels_last)
     written = bundle.save(Path(args.output), overwrite=args.overwrite)
     memory = bundle.metadata.get("memory")
     print(f"wrote {written}")

@@ -22,6 +22,7 @@ from ..errors import ConversionError, GraphrtError
 from ..kernels.cpu.jit import direct_conv
 from . import converters  # noqa: F401  (registers the converters)
 from .builder import Builder, TensorType
+from .channels_last import channels_last_layouts
 from .emit import Emitted, emit
 from .fusion import fold_batch_norms, fuse_steps
 from .layout import block_layouts
@@ -245,7 +246,8 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
                   dim_bounds: Mapping[str, int] | None = None,
                   constants: Mapping[str, Any] | None = None, fuse: bool = True,
                   devices: Sequence[str] | None = None,
-                  placement: Mapping[str, str] | None = None) -> Converted:
+                  placement: Mapping[str, str] | None = None,
+                  channels_last: bool = True) -> Converted:
     """Convert without making a bundle (see :func:`from_onnx` for the arguments)."""
     loaded = load_model(model)
     check_supported(loaded.nodes)
@@ -270,6 +272,11 @@ def convert_model(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = No
         fold_batch_norms(b, outputs)
     labels = {node.label: (node.op_type, node.name) for node in loaded.nodes}
     reasons = place_steps(b, kinds, placement or {}, labels)
+    if fuse and channels_last and "cuda" in kinds:  # cuDNN's fast convolutions read NHWC
+        placed = {id(step): reason for step, reason in zip(b.steps, reasons, strict=True)}
+        channels_last_layouts(b, outputs)
+        reasons = [placed.get(id(step), "a layout transform between NCHW and the NHWC of "
+                              "cuda's convolutions") for step in b.steps]
     if fuse and direct_conv() is not None:  # the compiled convolutions read blocked data
         block_layouts(b, outputs)
     groups = fuse_steps(b, outputs) if fuse else [[i] for i in range(len(b.steps))]
@@ -297,7 +304,8 @@ def from_onnx(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
               dim_bounds: Mapping[str, int] | None = None,
               constants: Mapping[str, Any] | None = None, fuse: bool = True,
               devices: Sequence[str] | None = None,
-              placement: Mapping[str, str] | None = None) -> Bundle:
+              placement: Mapping[str, str] | None = None,
+              channels_last: bool = True) -> Bundle:
     """Convert an ONNX model into a bundle (graph, declarative lib, params) ready to run.
 
     Args:
@@ -312,6 +320,9 @@ def from_onnx(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
         devices: device types in order of preference (``["cuda", "cpu"]``): each node goes to
             the first whose kernels implement it. Default: everything on the fallback device.
         placement: ONNX op type or node name → device type, overriding the preference.
+        channels_last: with ``fuse``, lay the tensors between cuda convolutions out NHWC
+            (cuDNN's tensor cores read it; :mod:`graphrt.onnx.channels_last`); ``False``
+            keeps the model's NCHW.
 
     Returns:
         A :class:`graphrt.Bundle` held in memory (``kind == "memory"``); ``.create("cpu")``
@@ -328,7 +339,8 @@ def from_onnx(model: Any, *, shapes: Mapping[str, Sequence[int]] | None = None,
         >>> (y,) = bundle.create("cpu")(x=x)  # doctest: +SKIP
     """
     converted = convert_model(model, shapes=shapes, dim_bounds=dim_bounds, constants=constants,
-                              fuse=fuse, devices=devices, placement=placement)
+                              fuse=fuse, devices=devices, placement=placement,
+                              channels_last=channels_last)
     emitted = converted.emitted
     parts = prepare_bundle(emitted.graph, orjson.dumps(emitted.lib), emitted.params,
                            converted.metadata())

@@ -35,30 +35,44 @@ def _cudnn() -> None:
         pytest.skip("nvidia-cudnn-frontend is not installed")
 
 
+def _nhwc(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("geometry", range(len(GEOMETRIES)))
 @pytest.mark.parametrize(("bias", "residual", "relu"),
                          [(False, False, False), (True, False, True), (True, True, True)])
 def test_cudnn_convolution_matches_the_host_reference(geometry: int, dtype: str, bias: bool,
-                                                      residual: bool, relu: bool) -> None:
+                                                      residual: bool, relu: bool,
+                                                      channels_last: bool) -> None:
+    """NCHW, or NHWC data and output with an OHWI weight (declared to cuDNN by their
+    strides): the host's NCHW convolution, transposed. cuDNN fuses no residual add over NCHW;
+    over NHWC in float16 it does (verified on an H200 for ResNet-50's 53 convolutions)."""
     xs, ws, raw = GEOMETRIES[geometry]
     op = get_op("conv2d")
-    attrs = op.attrs.model_validate(raw)
-    types = [TensorType(xs, dtype), TensorType(ws, dtype)]
-    if bias:
-        types.append(TensorType(ws[:1], dtype))
+    layouts = ({"data_layout": "NHWC", "out_layout": "NHWC", "kernel_layout": "OHWI"}
+               if channels_last else {})
+    attrs = op.attrs.model_validate({**raw, **layouts})
+    rng = np.random.default_rng(geometry)
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype)
+    host = ([_nhwc(x), _nhwc(w)] if channels_last else [x, w]) + (
+        [rng.standard_normal(ws[:1]).astype(dtype)] if bias else [])
+    types = [TensorType(a.shape, dtype) for a in host]
     (out,) = op.infer(types, attrs, [None] * len(types))
     prepared = chain("cuda", cupy).prepare(op, attrs, types, [out], Epilogue(residual, relu))
-    if prepared is None:  # cuDNN fuses no residual add over NCHW: the steps run one by one
-        assert residual
+    assert prepared is not None or (residual and not (channels_last and dtype == "float16"))
+    if prepared is None:  # the steps run one by one
         return
     assert prepared.provider == "cudnn" and prepared.capturable
-    rng = np.random.default_rng(geometry)
-    host = [rng.standard_normal(t.shape).astype(dtype) for t in types]
     extra = rng.standard_normal(out.shape).astype(dtype)
-    want = np.empty(out.shape, np.float32)
-    run_conv(np, [a.astype(np.float32) for a in host], [want], attrs.groups, attrs.strides,
-             attrs.dilation, attrs.padding[:2])
+    nchw = np.empty((xs[0], ws[0], *(out.shape[1:3] if channels_last else out.shape[2:])),
+                    np.float32)
+    run_conv(np, [x.astype(np.float32), w.astype(np.float32),
+                  *[a.astype(np.float32) for a in host[2:]]], [nchw], attrs.groups,
+             attrs.strides, attrs.dilation, attrs.padding[:2])
+    want = _nhwc(nchw) if channels_last else nchw
     if residual:
         want += extra.astype(np.float32)
     if relu:
@@ -106,3 +120,31 @@ def test_a_cuda_graph_records_the_cudnn_convolutions_and_replays_them() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     report = mod.capture_report()
     assert report is not None and report.enabled and report.replays >= 1, report
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_resnet_converted_for_cuda_runs_nhwc_in_one_recording(dtype: str) -> None:
+    """Converted for cuda, ResNet's tensors are NHWC between its image and its global pool:
+    every convolution on cuDNN, the max pool on its NHWC kernel, all of it recorded in one
+    CUDA graph (a convolution off cuDNN would run between recordings: CuPy's GEMMs refuse
+    capture), and the cpu's results."""
+    pytest.importorskip("onnx")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[3] / "examples" / "onnx"))
+    import models  # type: ignore[import-not-found]
+
+    model = models.resnet18(batch=2, image=64, classes=10, width=16, dtype=dtype)
+    feeds = models.sample_inputs(model)
+    (want,) = graphrt.from_onnx(model).create(graphrt.cpu(0))(**feeds)
+    bundle = graphrt.from_onnx(model, devices=["cuda"])
+    mod = bundle.create(graphrt.cuda(0), cuda_graph=True)
+    for _ in range(3):
+        (got,) = mod(**feeds)
+        tolerance = 1e-3 if dtype == "float32" else 3e-2
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                                   rtol=tolerance, atol=tolerance)
+    report = mod.capture_report()
+    assert report is not None and report.enabled and report.replays >= 1, report
+    assert not report.eager_nodes, report  # a convolution off cuDNN would run between
