@@ -110,16 +110,16 @@ def _conv_stack(channels: int = 8) -> Any:
 
 def test_a_cuda_graph_records_the_cudnn_convolutions_and_replays_them() -> None:
     model, _ = _conv_stack()
-    bundle = graphrt.from_onnx(model)
     x = np.random.default_rng(6).standard_normal((2, 8, 16, 16)).astype(np.float32)
-    (want,) = bundle.create(graphrt.cpu(0))(x=x)
-    mod = bundle.create(graphrt.cuda(0), cuda_graph=True)
+    (want,) = graphrt.from_onnx(model).create(graphrt.cpu(0))(x=x)
+    mod = graphrt.from_onnx(model, devices=["cuda"]).create(graphrt.cuda(0), cuda_graph=True)
     for _ in range(3):
         mod.run(x=x)
         got = mod.get_output(0, out=np.empty(want.shape, want.dtype))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     report = mod.capture_report()
     assert report is not None and report.enabled and report.replays >= 1, report
+    assert not report.eager_nodes, report
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
