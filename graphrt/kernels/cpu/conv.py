@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from math import prod
 from operator import is_
 from types import ModuleType
@@ -207,11 +207,16 @@ def _prepared(kernels: ModuleType, weight: np.ndarray[Any, Any],
     """The weight packed ``block`` output channels at a time (its taps in the order of a
     ``blocked`` plan's where it is one), and the bias padded to whole blocks (zeros without
     one): once per loaded param (:func:`derived`)."""
-    o, key = weight.shape[0], f"direct_conv {block}"
-    packed = derived(weight, (key, blocked), lambda: _pack_weight(kernels, weight, block, blocked))
-    summed = (zero_bias(o, block) if bias is None else
-              derived(bias, key, lambda: _packed_bias(bias, o, block)))
-    return packed, summed
+    packed = derived(weight, (f"direct_conv {block}", blocked),
+                     lambda: _pack_weight(kernels, weight, block, blocked))
+    return packed, _bias_of(bias, weight.shape[0], block)
+
+
+def _bias_of(bias: np.ndarray[Any, Any] | None, channels: int, block: int
+             ) -> np.ndarray[Any, Any]:
+    """The bias padded to whole blocks (zeros without one), once per loaded param."""
+    return (zero_bias(channels, block) if bias is None else
+            derived(bias, f"direct_conv {block}", lambda: _packed_bias(bias, channels, block)))
 
 
 def _epilogue(kernels: ModuleType, out: np.ndarray[Any, Any],
@@ -231,19 +236,83 @@ def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
                 weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                 out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
                 residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
-                clip: Clip = None, packed: Packed = None) -> JobCall:
+                clip: Clip = None, packed: Packed = None) -> Callable[[], None]:
     """:func:`run_plan`'s call of a direct plan, prepared: made again, it runs the same
-    convolution of whatever these arrays (C-contiguous) then hold."""
+    convolution of whatever these arrays (C-contiguous) then hold. A large blocked 1x1
+    convolution runs as passes over :data:`_PASS_CHANNELS` input channels each
+    (:func:`_passes`)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-    weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     flat = np.asarray(out).reshape(-1)
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
+    passes = None if packed is not None else _passes(plan, weight.shape)
+    if passes is None:
+        weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
+        return _direct_job(kernels, plan, plan.taps, data, padded, weights, summed, flat,
+                           weight.shape[0], _epilogue(kernels, flat, residual, relu, clip,
+                                                      plan.blocked_out))
+    o, calls = weight.shape[0], []
+
+    def part(first: int, last: int) -> np.ndarray[Any, Any]:
+        return _pack_weight(kernels, weight[:, first:last], _CHANNELS, True)
+
+    for first, last in passes:  # the bias, relu and clip on the last pass, into its sums
+        final = last == weight.shape[1]
+        weights = derived(weight, ("direct_conv pass", first, last), partial(part, first, last))
+        summed = _bias_of(bias, o, _CHANNELS) if final else zero_bias(o, _CHANNELS)
+        so_far = residual if first == 0 else flat  # each pass adds the sums before it
+        epilogue = _epilogue(kernels, flat, so_far, relu and final, clip if final else None,
+                             plan.blocked_out)
+        calls.append(_direct_job(kernels, plan, plan.taps[first:last], data, padded, weights,
+                                 summed, flat, o, epilogue))
+    return Passes(tuple(calls))
+
+
+def _direct_job(kernels: ModuleType, plan: DirectPlan, taps: np.ndarray[Any, Any],
+                data: np.ndarray[Any, Any], padded: np.ndarray[Any, Any],
+                weights: np.ndarray[Any, Any], summed: np.ndarray[Any, Any],
+                flat: np.ndarray[Any, Any], channels: int, epilogue: tuple[Any, ...]
+                ) -> JobCall:
     # counters: tiles claimed, done; padded copy's jobs claimed, done
     return JobCall(kernels.conv_jobs, plan.parallel, (
-        data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
-        summed, flat, weight.shape[0],
-        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out), plan.strip),
-        4, plan.grain)
+        data, plan.padding, padded, plan.image, plan.pixels, plan.length, taps, weights,
+        summed, flat, channels, *epilogue, plan.strip), 4, plan.grain)
+
+
+@dataclass(frozen=True)
+class Passes:
+    """Job calls made one after the other (the passes of :func:`_passes`)."""
+
+    calls: tuple[JobCall, ...]
+
+    def __call__(self) -> None:
+        for call in self.calls:
+            call()
+
+
+_PASS_CHANNELS = 64
+"""Input channels (8 blocks) per pass of a large blocked 1x1 convolution. A tile of it reads
+its 6 pixels in every input block, one stream of memory per block: 24 streams for 192
+channels, which the prefetchers of a Zen 3 core did not follow once the data had left its
+caches (ResNet's and MobileNetV2's activations at batch 8 do). In passes of 8 blocks, the later
+ones adding into the earlier ones' sums (the residual epilogue, in place), MobileNetV2's
+projections ran 0.66-0.83x as long in a model's context (192->32 at 28x28, 144->24 at 56x56,
+576->96 at 14x14; batch 8, caches as the convolution before them left them)."""
+_PASS_WORK = 8_000_000
+"""Multiply-adds a pass must hold at least: each pass is a call of its own (tens of
+microseconds on the helpers), and short ones lost (960->160 at 7x7 ran 1.13x as long in 64-
+channel passes, 576->96 at 14x14 at batch 1 1.35x)."""
+
+
+def _passes(plan: DirectPlan, weight: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """The input-channel ranges of a blocked 1x1 convolution read in place whose passes are
+    worth it (:data:`_PASS_CHANNELS`, :data:`_PASS_WORK`), else None."""
+    o, c = weight[0], weight[1]
+    images = plan.jobs // (-(-o // _CHANNELS) * -(-plan.length // _PIXELS))
+    if (not plan.blocked or plan.workspace is not None or len(plan.taps) != c
+            or c < 2 * _PASS_CHANNELS
+            or images * plan.length * _PASS_CHANNELS * o < _PASS_WORK):
+        return None
+    return [(first, min(c, first + _PASS_CHANNELS)) for first in range(0, c, _PASS_CHANNELS)]
 
 
 @dataclass(frozen=True)
@@ -515,7 +584,7 @@ def run_plan(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePl
 
 def _call(kernels: ModuleType, plan: DirectPlan | PointwisePlan | DepthwisePlan, x: Any,
           weight: Any, bias: Any, out: Any, buffer: Any, residual: Any, relu: bool,
-          clip: Clip = None, packed: Packed = None) -> JobCall:
+          clip: Clip = None, packed: Packed = None) -> Callable[[], None]:
     if isinstance(plan, DepthwisePlan):
         return depthwise_call(kernels, plan, x, weight, bias, out, residual, relu, clip, packed)
     if isinstance(plan, PointwisePlan):
@@ -616,7 +685,7 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
     # The last call's arrays and its prepared job call: a graph hands the same arrays (its
     # storage, its frozen params) on every run, and rebuilding the call's two dozen
     # arguments took 10 us of a 15 us call. One tuple, replaced whole (threads may share it).
-    last: list[tuple[tuple[Any, ...], JobCall | None]] = [((), None)]
+    last: list[tuple[tuple[Any, ...], Callable[[], None] | None]] = [((), None)]
 
     def kernel(*arrays: Any) -> None:
         seen, call = last[0]
@@ -636,7 +705,7 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
         if into is not target:
             target[...] = into
 
-    def _prepare(arrays: tuple[Any, ...]) -> JobCall | None:
+    def _prepare(arrays: tuple[Any, ...]) -> Callable[[], None] | None:
         """The job call of these arrays, kept for the next call where the weight and bias are
         frozen params and every array is C-contiguous (read in place, not copied)."""
         weight, bias = arrays[1], arrays[2] if has_bias else None
