@@ -33,6 +33,7 @@ import importlib.util
 import json
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,13 +58,21 @@ def load_models() -> ModuleType:
 
 
 def cpu_model() -> str:
+    """The CPU's name, with its family and model numbers where the name alone does not tell
+    the generation ("AMD EPYC" is a Zen 1 or a Zen 3, whose cores differ twofold in float
+    throughput)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in ("model name", "cpu family", "model") and key not in fields:
+                fields[key] = value
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    return name
 
 
 def blas_info() -> list[dict[str, Any]]:
@@ -114,14 +123,17 @@ def cpu_topology() -> dict[str, Any]:
             "usable": graphrt_threads(), "isa": isa}
 
 
-def ort_session(model: Any) -> Any:
+def ort_session(model: Any, profile: bool = False) -> Any:
     """ONNX Runtime's CPU session with as many intra-op threads as graphrt uses (its default,
     one per physical core, halves itself where the machine reports SMT siblings); otherwise
-    default options."""
+    default options (``profile``: its profiler on, writing into the temporary folder)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = graphrt_threads()
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "graphrt_ort_profile")
     return onnxruntime.InferenceSession(model.SerializeToString(), options,
                                         providers=["CPUExecutionProvider"])
 
