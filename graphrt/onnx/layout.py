@@ -15,8 +15,9 @@ A value is blocked where all of this holds, else it stays NCHW:
   output channels makes it, or a cpu ``clip`` or ``relu`` of a blocked value, or a cpu
   ``add`` of two blocked values of one shape (the residual sum), which are the same on either
   layout;
-- every step that reads it is such a convolution reading it as its data, or such an
-  elementwise step whose output is blocked too;
+- every step that reads it is such a convolution reading it as its data, such an
+  elementwise step whose output is blocked too, or a cpu global pool (whose ``[N, C, 1, 1]``
+  output is the same bytes either way: ``layout="NCHW8c"``);
 - it is no graph output.
 
 So a chain is entered by its first convolution (NCHW data, blocked output) and left by its
@@ -57,6 +58,7 @@ LANES = 8
 """Channels of a block: one AVX2 vector of float32 (``NCHW8c``)."""
 BLOCKED = "NCHW8c"
 _SAME_ON_EITHER = frozenset({"clip", "relu"})  # elementwise, of one input and attributes
+_GLOBAL_POOLS = frozenset({"global_avg_pool2d", "global_max_pool2d"})
 
 
 def block_layouts(b: Builder, outputs: Sequence[str]) -> None:
@@ -98,6 +100,8 @@ def block_layouts(b: Builder, outputs: Sequence[str]) -> None:
                 step.attrs["data_layout"] = BLOCKED
             if step.outputs[0] in blocked:
                 step.attrs["out_layout"] = BLOCKED
+        elif step.op in _GLOBAL_POOLS and step.inputs[0] in blocked:
+            step.attrs["layout"] = BLOCKED
 
 
 def _plain(b: Builder, value: str) -> bool:
@@ -134,4 +138,6 @@ def _reads_blocked(b: Builder, reader: ConvertedStep, value: str, blocked: set[s
     if reader.op == "conv2d":
         return (_compiled_conv(b, reader) and reader.inputs[0] == value
                 and value not in reader.inputs[1:])
+    if reader.op in _GLOBAL_POOLS:  # [N, C, 1, 1] either way: the same bytes
+        return reader.device == "cpu" and "layout" not in reader.attrs
     return bool(reader.outputs) and reader.outputs[0] in blocked

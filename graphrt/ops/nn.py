@@ -21,7 +21,8 @@ Layouts and conventions:
   they are (:mod:`graphrt.onnx.layout` chooses them for chains of convolutions), or ``NHWC``
   with the weight ``OHWI`` (``kernel_layout``), which cuDNN reads as they are
   (:mod:`graphrt.onnx.channels_last` chooses them on cuda). The pools take ``NHWC`` too
-  (``layout``); a global pool of ``NHWC`` data gives ``[N, C, 1, 1]``, the same bytes.
+  (``layout``), the global pools ``NCHW8c`` as well; a global pool gives ``[N, C, 1, 1]``
+  whatever its data's layout (of a 1x1 image, the same bytes).
 * ``conv2d_transpose``: weight ``[C_in, O/groups, KH, KW]`` (IOHW, as PyTorch ``ConvTranspose2d``
   and ONNX ``ConvTranspose``); one ``matmul`` then col2im (a strided scatter-add per kernel
   offset). Output size ``(H-1)*stride - pad_begin - pad_end + dilation*(K-1) + output_padding + 1``
@@ -167,9 +168,9 @@ class AvgPool2DAttrs(MaxPool2DAttrs):
 
 class GlobalPool2DAttrs(Attrs):
     """``global_avg_pool2d``, ``global_max_pool2d``: the data's layout. The output is
-    ``[N, C, 1, 1]`` either way (of a 1x1 image, NCHW and NHWC are the same bytes)."""
+    ``[N, C, 1, 1]`` either way (of a 1x1 image, NCHW, NHWC and NCHW8c are the same bytes)."""
 
-    layout: ImageLayout = "NCHW"
+    layout: Layout = "NCHW"
 
 
 class BatchNormAttrs(Attrs):
@@ -756,11 +757,13 @@ def _infer_global_max_pool2d(types: Sequence[TensorType], attrs: GlobalPool2DAtt
 
 def _global_pooled(x: Any, out: Any, layout: str) -> tuple[tuple[int, int], Any]:
     """The spatial axes of ``x`` and ``out`` as ``x``'s layout sees it (``[N, C, 1, 1]`` is
-    ``[N, 1, 1, C]``'s bytes)."""
-    if layout == "NCHW":
-        return (2, 3), out
+    ``[N, 1, 1, C]``'s and ``[N, C/8, 1, 1, 8]``'s bytes)."""
     n, c = out.shape[:2]
-    return (1, 2), out.reshape(n, 1, 1, c)
+    if layout == "NHWC":
+        return (1, 2), out.reshape(n, 1, 1, c)
+    if layout == "NCHW8c":
+        return (2, 3), out.reshape(n, c // 8, 1, 1, 8)
+    return (2, 3), out
 
 
 def _global_avg_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],

@@ -95,13 +95,20 @@ def test_a_chain_of_convolutions_runs_blocked_and_matches_onnx_runtime() -> None
 
 
 @pytest.mark.skipif(not COMPILED, reason="the compiled kernels are off")
-def test_a_value_a_pool_reads_stays_nchw() -> None:
+def test_a_global_pool_reads_the_blocked_sum_as_it_is() -> None:
+    """Its [N, C, 1, 1] output is the same bytes from NCHW8c data: the block's sum, and so h
+    and the projection, stay blocked (ResNet's last stage and MobileNetV2's last
+    convolution had gone NCHW for the pool at their end)."""
     model = inverted_residual(pool_after=True)
     bundle = graphrt.from_onnx(model)
-    # the block's sum goes to the pool: it, and so h and the projection, stay NCHW
-    assert _conv_layouts(bundle) == [("NCHW", "NCHW"), ("NCHW", "NCHW8c"),
-                                     ("NCHW8c", "NCHW8c"), ("NCHW8c", "NCHW")]
+    assert _conv_layouts(bundle) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW8c"),
+                                     ("NCHW8c", "NCHW8c"), ("NCHW8c", "NCHW8c")]
+    functions = bundle.lib.spec().functions
+    pools = [step.attrs for node in bundle.graph.nodes if node.func_name in functions
+             for step in functions[node.func_name].body if step.op == "global_avg_pool2d"]
+    assert pools == [{"layout": "NCHW8c"}]
     _check_against_ort(model, bundle.create(graphrt.cpu(0)))
+    _check_against_ort(model, bundle.create(graphrt.sim(0)))
 
 
 def test_other_devices_dynamic_shapes_and_the_reference_keep_nchw(
@@ -153,10 +160,13 @@ def test_what_stays_nchw() -> None:
     b, z = _steps(out=12)  # 12 channels: no whole blocks
     block_layouts(b, [z])
     assert b.shape(b.steps[0].outputs[0]) == (1, 12, 6, 6)
-    for reader in ("add_nchw", "pool"):
-        b, z = _steps(read_by=reader)
-        block_layouts(b, [z])
-        assert all("out_layout" not in step.attrs for step in b.steps), reader
+    b, z = _steps(read_by="add_nchw")
+    block_layouts(b, [z])
+    assert all("out_layout" not in step.attrs for step in b.steps)
+    b, z = _steps(read_by="pool")  # a global pool reads blocked data as it is
+    block_layouts(b, [z])
+    assert [step.attrs.get("out_layout") for step in b.steps] == ["NCHW8c", None]
+    assert b.steps[1].attrs == {"layout": "NCHW8c"} and b.shape(z) == (1, 16, 1, 1)
     b, z = _steps()
     block_layouts(b, [z, b.steps[0].outputs[0]])  # a graph output
     assert all("out_layout" not in step.attrs for step in b.steps)

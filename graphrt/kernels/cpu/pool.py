@@ -92,20 +92,22 @@ def _run_max(kernels: ModuleType, x: Any, out: Any, windows: Sequence[AxisWindow
         sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64), max(1, jobs // _POOL_JOBS)))
 
 
-def mean_pool_call(x: TensorType, out: TensorType, *, dynamic: bool
+def mean_pool_call(x: TensorType, out: TensorType, *, dynamic: bool, blocked: bool = False
                    ) -> Callable[..., None] | None:
     """A global average pool ``kernel(x, out)`` of float32 ``[N, C, H, W]`` data through the
-    compiled kernel, or None where it does not apply (numba missing, another dtype, dynamic
+    compiled kernel, or of ``[N, C/8, H, W, 8]`` where ``blocked`` (the eight lanes of a block
+    summed side by side); None where it does not apply (numba missing, another dtype, dynamic
     shapes, an empty input)."""
     kernels = jit.pool_kernels()
-    if kernels is None or dynamic or x.dtype != "float32" or len(x.shape) != 4 or not all(
-            x.shape):
+    if kernels is None or dynamic or x.dtype != "float32" or len(x.shape) != 4 + blocked or (
+            not all(x.shape)):
         return None
     length = x.shape[2] * x.shape[3]
+    means = kernels.block_means if blocked else kernels.plane_means
 
     def kernel(x: Any, out: Any) -> None:
         into = out if out.flags.c_contiguous else np.empty(out.shape, np.float32)
-        kernels.plane_means(np.ascontiguousarray(x).reshape(-1), length, into.reshape(-1))
+        means(np.ascontiguousarray(x).reshape(-1), length, into.reshape(-1))
         if into is not out:
             out[...] = into
 

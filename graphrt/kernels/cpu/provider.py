@@ -117,7 +117,7 @@ class CpuProvider:
         name = op.name
         if epilogue.bias:  # the cpu's kernels add no bias vector: the fused loop after does
             return None
-        if getattr(attrs, "layout", "NCHW") != "NCHW" or (
+        if getattr(attrs, "layout", "NCHW") == "NHWC" or (
                 name == "conv2d" and any(conv2d_channels_last(attrs))):
             return None  # channels last (a cuda conversion's): the reference
         if name in _CONVS:
@@ -159,7 +159,8 @@ class CpuProvider:
             call = max_pool_call(inputs[0], outputs[0], windows, dynamic=dynamic)
             self.crew = self.crew or call is not None
         elif name == "global_avg_pool2d":
-            call = mean_pool_call(inputs[0], outputs[0], dynamic=dynamic)
+            call = mean_pool_call(inputs[0], outputs[0], dynamic=dynamic,
+                                  blocked=attrs.layout == "NCHW8c")
         elif name == "softmax":
             call = rows_call("softmax_rows", attrs.axis, inputs[0], (),
                              op.positional(xp, attrs, 1), dynamic=dynamic,

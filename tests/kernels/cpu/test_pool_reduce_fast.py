@@ -222,6 +222,31 @@ def test_the_compiled_global_average_pool_matches_float64(shape: tuple[int, ...]
     np.testing.assert_allclose(got, want, rtol=2e-6)
 
 
+@pytest.mark.parametrize("shape", [(2, 16, 7, 7), (1, 8, 1, 1), (3, 24, 5, 9)])
+def test_the_global_average_pool_of_blocked_data(shape: tuple[int, ...]) -> None:
+    """NCHW8c data ([N, C/8, H, W, 8]), as the cpu's chains of convolutions leave it: the
+    compiled kernel sums a block's eight lanes side by side, the reference (sim) means over H
+    and W; both give the NCHW [N, C, 1, 1] mean."""
+    op = get_op("global_avg_pool2d")
+    attrs = op.attrs(layout="NCHW8c")
+    n, c, h, w = shape
+    x = (RNG.standard_normal(shape) * 100 + 1000).astype(np.float32)
+    blocked = np.ascontiguousarray(x.reshape(n, c // 8, 8, h, w).transpose(0, 1, 3, 4, 2))
+    out_type = TensorType((n, c, 1, 1), "float32")
+    prepared = chain("cpu", np).prepare(op, attrs, [TensorType(blocked.shape, "float32")],
+                                        [out_type])
+    if pooling.jit.pool_kernels() is None:
+        pytest.skip("the compiled kernels are off")
+    assert prepared is not None and prepared.provider == "cpu"
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    out = np.empty(out_type.shape, np.float32)
+    prepared.call(blocked, out)
+    np.testing.assert_allclose(out, want, rtol=2e-6)
+    (got,) = run_op("global_avg_pool2d", [blocked], {"layout": "NCHW8c"},
+                    graphrt.device("sim:0"))
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
 def test_the_global_average_pool_of_other_types_takes_the_reference() -> None:
     op = get_op("global_avg_pool2d")
     for x in (TensorType((1, 4, 3, 3), "float64"), TensorType((1, 4, 0, 3), "float32")):
