@@ -3,11 +3,13 @@
 Profiles one model of ``examples/onnx/models.py`` (``--model``, ``--batch``) in graphrt
 (``GraphModule.profile``) and in ONNX Runtime (its own profiler, ``enable_profiling``) in one
 process, the two interleaved round by round (``--rounds``, two runs each) so that the
-machine's slow periods fall on both, and prints each convolution's median time in both, by
-order (the k-th ``conv2d`` node against the k-th ``Conv``), then the totals per kind: the
-stem and other kxk convolutions, depthwise ones, 1x1 expansions (more output channels than
-input) and 1x1 projections (fewer). ONNX Runtime runs on as many intra-op threads as graphrt
-(``onnx_models.ort_session``). The profilers time each node alone, with their own overheads;
+machine's slow periods fall on both. The two run their nodes in different orders (ResNet's
+downsampling branch, say), so convolutions are matched by what they compute: the weight's
+shape and the data's and output's sizes. Each such layer gets its median times summed over
+its occurrences in both, then the totals per kind: the stem and other kxk convolutions,
+depthwise ones, 1x1 expansions (more output channels than input) and 1x1 projections
+(fewer). ONNX Runtime runs on as many intra-op threads as graphrt
+(``onnx_models.ort_session``). The profilers time each node alone, with their own overheads:
 the per-kind ratios say where the gap is, ``peers.py`` what a user waits for.
 
 Usage: ``python benchmarks/layer_gap.py [--model mobilenet_v2] [--batch 8] [--rounds 8]
@@ -19,19 +21,27 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import onnx_models
 
 import graphrt
 
+Layer = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""A convolution as matched: its weight's shape (OIHW), the data's and the output's ``N, C,
+H, W``."""
 
-def conv_kind(node: Any, weights: dict[str, tuple[int, ...]]) -> str:
-    """``kxk``, ``depthwise``, ``expand`` or ``project`` of an ONNX ``Conv`` node."""
-    o, per_group, *kernel = weights[node.input[1]]
-    groups = next((a.i for a in node.attribute if a.name == "group"), 1)
-    if groups > 1 and per_group == 1:
+
+def nchw(shape: Sequence[int]) -> tuple[int, ...]:
+    """A data or output shape as ``N, C, H, W`` (graphrt's blocked ``N, C/8, H, W, 8`` too)."""
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1] * shape[4], *shape[2:4])
+
+
+def conv_kind(layer: Layer) -> str:
+    """``kxk``, ``depthwise``, ``expand`` or ``project``."""
+    (o, per_group, *kernel), data, _ = layer
+    if per_group == 1 and data[1] == o > 1:
         return "depthwise"
     if any(k != 1 for k in kernel):
         return "kxk"
@@ -53,36 +63,47 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(3):
         module(**feeds)
         session.run(None, feeds)
-    ours: dict[int, list[float]] = {}
+    ours: dict[tuple[int, Layer], list[float]] = {}
     for _ in range(args.rounds):
         module.set_input(**feeds)
-        convs = [node for node in module.profile(repeat=2).nodes if "conv2d" in node.func_name]
-        for k, node in enumerate(convs):
-            ours.setdefault(k, []).append(node.mean_us)
+        for node in module.profile(repeat=2).nodes:
+            if "conv2d" in node.func_name:
+                layer = (node.input_shapes[1], nchw(node.input_shapes[0]),
+                         nchw(node.output_shapes[0]))
+                ours.setdefault((node.node_id, layer), []).append(node.mean_us)
         for _ in range(2):
             session.run(None, feeds)
-    theirs: dict[str, list[float]] = {}
     trace = Path(session.end_profiling())
     events = json.loads(trace.read_text())
     trace.unlink()
+    theirs: dict[tuple[str, Layer], list[float]] = {}
     for event in events:
+        info = event.get("args", {})
         if (event.get("cat") == "Node" and event["name"].endswith("_kernel_time")
-                and "Conv" in event["args"].get("op_name", "")):
-            theirs.setdefault(event["name"], []).append(event["dur"])
-    weights = {init.name: tuple(init.dims) for init in model.graph.initializer}
-    nodes = [node for node in model.graph.node if node.op_type == "Conv"]
-    totals: dict[str, list[float]] = {}
+                and "Conv" in info.get("op_name", "")):
+            (data, weight, *_), (out,) = ([next(iter(t.values())) for t in info[key]]
+                                         for key in ("input_type_shape", "output_type_shape"))
+            layer = (tuple(weight), nchw(data), nchw(out))
+            theirs.setdefault((event["name"], layer), []).append(event["dur"])
+    layers: dict[Layer, list[float]] = {}
+    for side, times in ((0, ours), (1, theirs)):
+        for (_, layer), values in times.items():
+            layers.setdefault(layer, [0.0, 0.0, 0, 0])
+            layers[layer][side] += statistics.median(values[3:] if side else values)
+            layers[layer][2 + side] += 1
     print(f"{args.model} batch {args.batch}: graphrt (profile) and ONNX Runtime (profiler), "
-          f"us, medians of {args.rounds} interleaved rounds")
-    for k, (node, times) in enumerate(zip(nodes, theirs.values(), strict=True)):
-        kind = conv_kind(node, weights)
-        mine, other = statistics.median(ours[k]), statistics.median(times[3:] or times)
+          f"us, medians of {args.rounds} interleaved rounds, summed per layer")
+    totals: dict[str, list[float]] = {}
+    for layer, (mine, other, count, count_other) in sorted(layers.items(),
+                                                           key=lambda kv: -kv[1][0]):
+        kind = conv_kind(layer)
         total = totals.setdefault(kind, [0.0, 0.0])
         total[0] += mine
         total[1] += other
         if not args.quiet:
-            print(f"{k:3d} {kind:9s} {weights[node.input[1]]!s:20s} {mine:9.0f} {other:9.0f} "
-                  f"{mine / other:6.2f}")
+            print(f"{kind:9s} w {layer[0]!s:20s} {layer[1][2]}x{layer[1][3]} -> "
+                  f"{layer[2][2]}x{layer[2][3]} x{count}{'' if count == count_other else '?'} "
+                  f"{mine:9.0f} {other:9.0f} {mine / other if other else float('nan'):6.2f}")
     for kind, (mine, other) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
         print(f"{kind:9s} graphrt {mine:9.0f} ORT {other:9.0f} ratio {mine / other:5.2f}")
 
