@@ -55,6 +55,7 @@ import numpy as np
 
 from ..ops import TensorType
 from .builder import Builder, ConvertedStep
+from .layout import GLOBAL_POOLS
 
 __all__ = ["channels_last_layouts"]
 
@@ -64,7 +65,6 @@ _ELEMENTWISE = frozenset({
     "add", "subtract", "multiply", "divide", "maximum", "minimum"})
 """Ops that compute each element from the same element of their inputs, whatever the layout."""
 _POOLS = frozenset({"max_pool2d", "avg_pool2d"})
-_GLOBAL_POOLS = frozenset({"global_avg_pool2d", "global_max_pool2d"})
 _TO_NHWC = {"src_layout": "NCHW", "dst_layout": "NHWC"}
 _TO_NCHW = {"src_layout": "NHWC", "dst_layout": "NCHW"}
 
@@ -89,7 +89,7 @@ class _Plan:
         if id(step) in self.convs:
             return index == 0
         form = self.forms.get(id(step))
-        if form is not None and form[0] in _GLOBAL_POOLS:
+        if form is not None and form[0] in GLOBAL_POOLS:
             return True
         return bool(step.outputs) and step.outputs[0] in self.nhwc
 
@@ -150,7 +150,7 @@ def _form(b: Builder, step: ConvertedStep) -> Form | None:
            ) or attrs.get("kernel_layout", "OIHW") != "OIHW" or not step.inputs or len(
             step.outputs) != 1 or not _plain_image(b, step.inputs[0]):
         return None
-    if op in ("conv2d", *_POOLS, *_GLOBAL_POOLS):
+    if op in ("conv2d", *_POOLS, *GLOBAL_POOLS):
         return op, dict(attrs)
     if op == "conv":
         return "conv2d", {"strides": attrs.get("strides") or [1, 1],

@@ -52,13 +52,14 @@ from collections.abc import Sequence
 from ..ops import TensorType
 from .builder import Builder, ConvertedStep
 
-__all__ = ["LANES", "block_layouts"]
+__all__ = ["GLOBAL_POOLS", "LANES", "block_layouts"]
 
 LANES = 8
 """Channels of a block: one AVX2 vector of float32 (``NCHW8c``)."""
 BLOCKED = "NCHW8c"
 _SAME_ON_EITHER = frozenset({"clip", "relu"})  # elementwise, of one input and attributes
-_GLOBAL_POOLS = frozenset({"global_avg_pool2d", "global_max_pool2d"})
+GLOBAL_POOLS = frozenset({"global_avg_pool2d", "global_max_pool2d"})
+"""The global pools, whose ``[N, C, 1, 1]`` output is the same bytes from any layout."""
 
 
 def block_layouts(b: Builder, outputs: Sequence[str]) -> None:
@@ -100,7 +101,7 @@ def block_layouts(b: Builder, outputs: Sequence[str]) -> None:
                 step.attrs["data_layout"] = BLOCKED
             if step.outputs[0] in blocked:
                 step.attrs["out_layout"] = BLOCKED
-        elif step.op in _GLOBAL_POOLS and step.inputs[0] in blocked:
+        elif step.op in GLOBAL_POOLS and step.inputs[0] in blocked:
             step.attrs["layout"] = BLOCKED
 
 
@@ -138,6 +139,6 @@ def _reads_blocked(b: Builder, reader: ConvertedStep, value: str, blocked: set[s
     if reader.op == "conv2d":
         return (_compiled_conv(b, reader) and reader.inputs[0] == value
                 and value not in reader.inputs[1:])
-    if reader.op in _GLOBAL_POOLS:  # [N, C, 1, 1] either way: the same bytes
+    if reader.op in GLOBAL_POOLS:
         return reader.device == "cpu" and "layout" not in reader.attrs
     return bool(reader.outputs) and reader.outputs[0] in blocked

@@ -544,6 +544,14 @@ def conv2d_channels_last(attrs: Conv2DAttrs) -> tuple[bool, bool, bool]:
             attrs.kernel_layout == "OHWI")
 
 
+def _nchw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """The NCHW (OIHW) shape of an array in ``layout`` (checked at infer)."""
+    if layout == "NCHW8c":
+        return nchw_shape(shape, True)
+    n, h, w, c = shape  # NHWC, or OHWI as [O, KH, KW, I]
+    return (n, c, h, w)
+
+
 def _to_nchw(x: Any, layout: str, target: Any) -> None:
     """Write ``x`` (in ``layout``: an image layout, or ``OHWI`` for a weight) into the NCHW
     (OIHW) array ``target``."""
@@ -571,19 +579,16 @@ def _conv2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any], attrs: Conv2
     # is, cuDNN NHWC); a plain call allocates them.
     copies = list(outputs[4:])
     arrays, out = list(inputs), outputs[0]
-    types = [TensorType(tuple(a.shape), str(a.dtype)) for a in inputs]
     for index, layout in ((0, attrs.data_layout), (1, attrs.kernel_layout)):
         if layout not in ("NCHW", "OIHW"):
-            nchw = (_nchw_type(types[0], layout, "data") if index == 0
-                    else _oihw_type(types[1], layout))
-            copy = copies.pop(0) if copies else xp.empty_like(arrays[index], shape=nchw.shape)
+            copy = copies.pop(0) if copies else xp.empty_like(
+                arrays[index], shape=_nchw_shape(arrays[index].shape, layout))
             _to_nchw(arrays[index], layout, copy)
             arrays[index] = copy
     target = out
     if attrs.out_layout != "NCHW":
-        shape = _nchw_type(TensorType(tuple(out.shape), str(out.dtype)), attrs.out_layout,
-                           "output").shape
-        target = copies.pop(0) if copies else xp.empty_like(out, shape=shape)
+        target = copies.pop(0) if copies else xp.empty_like(
+            out, shape=_nchw_shape(out.shape, attrs.out_layout))
     run_conv(xp, arrays, [target, *outputs[1:4]], *conv2d_geometry(attrs))
     if target is not out:
         _from_nchw(target, attrs.out_layout, out)

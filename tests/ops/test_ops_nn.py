@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ops_harness import run_op
+from ops_harness import blocked, channels_last, run_op
 from pydantic import ValidationError
 
 import graphrt
@@ -279,11 +279,6 @@ def test_conv2d_float64(device: graphrt.Device) -> None:
     close(got, ref_conv2d(x, w, b, (2, 1), (1, 0, 1, 2), (1, 2), 2))
 
 
-def _blocked(x: np.ndarray) -> np.ndarray:
-    n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // 8, 8, h, w).transpose(0, 1, 3, 4, 2))
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("data_layout", "out_layout"),
                          [("NCHW8c", "NCHW"), ("NCHW", "NCHW8c"), ("NCHW8c", "NCHW8c")])
@@ -295,14 +290,10 @@ def test_conv2d_blocked_layouts(device: graphrt.Device, data_layout: str, out_la
     x, w, b = rand(2, 16, 7, 6), rand(16, 16 // groups, 3, 3), rand(16)
     attrs = {"padding": (1, 1, 1, 1), "strides": (2, 1), "groups": groups,
              "data_layout": data_layout, "out_layout": out_layout}
-    data = _blocked(x) if data_layout == "NCHW8c" else x
+    data = blocked(x) if data_layout == "NCHW8c" else x
     got = run_op("conv2d", [data, w, b], attrs, device)[0]
     want = ref_conv2d(x, w, b, (2, 1), (1, 1, 1, 1), (1, 1), groups)
-    close(got, _blocked(want) if out_layout == "NCHW8c" else want)
-
-
-def _nhwc(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    close(got, blocked(want) if out_layout == "NCHW8c" else want)
 
 
 def _near(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
@@ -328,11 +319,12 @@ def test_conv2d_channels_last(device: graphrt.Device, data_layout: str, out_layo
     attrs = {"padding": (1, 0, 1, 1), "strides": (2, 1), "groups": groups,
              "dilation": dilation, "data_layout": data_layout, "out_layout": out_layout,
              "kernel_layout": kernel_layout}
-    got = run_op("conv2d", [_nhwc(x) if data_layout == "NHWC" else x,
-                            _nhwc(w) if kernel_layout == "OHWI" else w, b], attrs, device)[0]
+    got = run_op("conv2d", [channels_last(x) if data_layout == "NHWC" else x,
+                            channels_last(w) if kernel_layout == "OHWI" else w, b], attrs,
+                 device)[0]
     want = ref_conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
                       (2, 1), (1, 0, 1, 1), dilation, groups)
-    _near(got, _nhwc(want) if out_layout == "NHWC" else want, dtype)
+    _near(got, channels_last(want) if out_layout == "NHWC" else want, dtype)
 
 
 def test_conv2d_channels_last_workspace_holds_its_copies() -> None:
@@ -545,10 +537,10 @@ def test_pools_channels_last(device: graphrt.Device, shape: tuple[int, int, int,
     x = rand(*shape)
     attrs = {"pool_size": pool, "strides": strides, "padding": padding, "ceil_mode": ceil,
              "layout": "NHWC"}
-    close(run_op("max_pool2d", [_nhwc(x)], attrs, device)[0],
-          _nhwc(ref_pool(x, "max", pool, strides or pool, padding, ceil)))
-    close(run_op("avg_pool2d", [_nhwc(x)], {**attrs, "count_include_pad": True}, device)[0],
-          _nhwc(ref_pool(x, "avg", pool, strides or pool, padding, ceil, True)))
+    close(run_op("max_pool2d", [channels_last(x)], attrs, device)[0],
+          channels_last(ref_pool(x, "max", pool, strides or pool, padding, ceil)))
+    close(run_op("avg_pool2d", [channels_last(x)], {**attrs, "count_include_pad": True}, device)[0],
+          channels_last(ref_pool(x, "avg", pool, strides or pool, padding, ceil, True)))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -558,7 +550,7 @@ def test_global_pools_of_channels_last_data_give_nchw(device: graphrt.Device,
     """[N, C, 1, 1] either way: of a 1x1 image, NCHW and NHWC are the same bytes."""
     x = rand(2, 5, 4, 3, dtype=dtype)
     for name, reduce in (("global_avg_pool2d", np.mean), ("global_max_pool2d", np.max)):
-        got = run_op(name, [_nhwc(x)], {"layout": "NHWC"}, device)[0]
+        got = run_op(name, [channels_last(x)], {"layout": "NHWC"}, device)[0]
         _near(got, reduce(x.astype(np.float64), axis=(2, 3), keepdims=True), dtype)
 
 

@@ -11,6 +11,17 @@ from graphrt.devices import backend_for, copier
 from graphrt.ops import TensorType, get_op
 
 
+def blocked(x: np.ndarray) -> np.ndarray:
+    """NCHW data as ``[N, C/8, H, W, 8]`` (``NCHW8c``)."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // 8, 8, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    """NCHW data as NHWC (an OIHW weight as OHWI)."""
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
 def on_device(array: np.ndarray, device: graphrt.Device) -> Any:
     """A copy of ``array`` on ``device`` (a SimArray on sim)."""
     array = np.ascontiguousarray(array).reshape(array.shape)

@@ -244,7 +244,7 @@ def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     flat = np.asarray(out).reshape(-1)
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
-    passes = None if packed is not None else _passes(plan, weight.shape)
+    passes = None if packed is not None else _passes(plan, weight.shape, x.shape[0])
     if passes is None:
         weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
         return _direct_job(kernels, plan, plan.taps, data, padded, weights, summed, flat,
@@ -303,11 +303,11 @@ microseconds on the helpers), and short ones lost (960->160 at 7x7 ran 1.13x as 
 channel passes, 576->96 at 14x14 at batch 1 1.35x)."""
 
 
-def _passes(plan: DirectPlan, weight: tuple[int, ...]) -> list[tuple[int, int]] | None:
-    """The input-channel ranges of a blocked 1x1 convolution read in place whose passes are
-    worth it (:data:`_PASS_CHANNELS`, :data:`_PASS_WORK`), else None."""
+def _passes(plan: DirectPlan, weight: tuple[int, ...], images: int
+            ) -> list[tuple[int, int]] | None:
+    """The input-channel ranges of a blocked 1x1 convolution of ``images`` read in place
+    whose passes are worth it (:data:`_PASS_CHANNELS`, :data:`_PASS_WORK`), else None."""
     o, c = weight[0], weight[1]
-    images = plan.jobs // (-(-o // _CHANNELS) * -(-plan.length // _PIXELS))
     if (not plan.blocked or plan.workspace is not None or len(plan.taps) != c
             or c < 2 * _PASS_CHANNELS
             or images * plan.length * _PASS_CHANNELS * o < _PASS_WORK):

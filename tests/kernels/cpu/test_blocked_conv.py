@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ops_harness import blocked
 
 from graphrt.kernels.cpu.conv import DepthwisePlan, DirectPlan, conv_epilogue
 from graphrt.kernels.cpu.jit import direct_conv
@@ -17,12 +18,6 @@ from graphrt.ops.nn import nchw_shape
 
 pytestmark = pytest.mark.skipif(direct_conv() is None, reason="the compiled kernels are off")
 RNG = np.random.default_rng(8)
-
-
-def blocked(x: np.ndarray) -> np.ndarray:
-    """NCHW → ``[N, C/8, H, W, 8]``."""
-    n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // 8, 8, h, w).transpose(0, 1, 3, 4, 2))
 
 
 def unblocked(x: np.ndarray) -> np.ndarray:

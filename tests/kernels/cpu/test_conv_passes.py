@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ops_harness import blocked
 
 from graphrt.kernels.cpu import conv
 from graphrt.kernels.cpu.conv import Passes, conv_epilogue, direct_plan
@@ -17,30 +18,25 @@ from graphrt.lib import TensorType
 pytest.importorskip("numba")
 
 
-def _blocked(x: np.ndarray) -> np.ndarray:
-    n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // 8, 8, h, w).transpose(0, 1, 3, 4, 2))
-
-
 def _plan(n: int, c: int, o: int, hw: int, **kwargs: Any) -> conv.DirectPlan:
     return direct_plan((n, c, hw, hw), (o, c, 1, 1), (n, o, hw, hw), (1, 1), (1, 1), (0, 0),
                        True, True, **kwargs)
 
 
 def test_passes_are_for_large_blocked_pointwise_convolutions_only() -> None:
-    assert conv._passes(_plan(8, 192, 32, 28), (32, 192, 1, 1)) == [(0, 64), (64, 128),
+    assert conv._passes(_plan(8, 192, 32, 28), (32, 192, 1, 1), 8) == [(0, 64), (64, 128),
                                                                   (128, 192)]
-    assert conv._passes(_plan(8, 144, 24, 56), (24, 144, 1, 1)) == [(0, 64), (64, 128),
+    assert conv._passes(_plan(8, 144, 24, 56), (24, 144, 1, 1), 8) == [(0, 64), (64, 128),
                                                                   (128, 144)]
-    assert conv._passes(_plan(8, 96, 24, 56), (24, 96, 1, 1)) is None  # under two passes
-    assert conv._passes(_plan(1, 576, 96, 14), (96, 576, 1, 1)) is None  # too little work
-    assert conv._passes(_plan(8, 960, 160, 7), (160, 960, 1, 1)) is None
+    assert conv._passes(_plan(8, 96, 24, 56), (24, 96, 1, 1), 8) is None  # under two passes
+    assert conv._passes(_plan(1, 576, 96, 14), (96, 576, 1, 1), 1) is None  # too little work
+    assert conv._passes(_plan(8, 960, 160, 7), (160, 960, 1, 1), 8) is None
     nchw = direct_plan((8, 192, 28, 28), (32, 192, 1, 1), (8, 32, 28, 28), (1, 1), (1, 1),
                        (0, 0))
-    assert conv._passes(nchw, (32, 192, 1, 1)) is None
+    assert conv._passes(nchw, (32, 192, 1, 1), 8) is None
     three = direct_plan((8, 192, 28, 28), (32, 192, 3, 3), (8, 32, 28, 28), (1, 1), (1, 1),
                         (1, 1), True, True)
-    assert conv._passes(three, (32, 192, 3, 3)) is None
+    assert conv._passes(three, (32, 192, 3, 3), 8) is None
 
 
 @pytest.mark.parametrize(("residual", "relu", "clip"),
@@ -64,7 +60,7 @@ def test_the_passes_compute_the_convolution_and_its_epilogue(
         want = np.maximum(want, 0)
     if clip is not None:
         want = np.clip(want, *clip)
-    types = [TensorType(_blocked(x).shape, "float32"), TensorType(w.shape, "float32"),
+    types = [TensorType(blocked(x).shape, "float32"), TensorType(w.shape, "float32"),
              TensorType(b.shape, "float32")]
     out_type = TensorType((n, o // 8, hw, hw, 8), "float32")
     results = []
@@ -74,9 +70,9 @@ def test_the_passes_compute_the_convolution_and_its_epilogue(
                                clip, (True, True))
         assert kernel is not None
         got = np.full(out_type.shape, 7.0, np.float32)
-        kernel(_blocked(x), w, b, *([_blocked(r)] if residual else []), got)
+        kernel(blocked(x), w, b, *([blocked(r)] if residual else []), got)
         results.append(got)
-        np.testing.assert_allclose(got, _blocked(want.astype(np.float32)), rtol=2e-5,
+        np.testing.assert_allclose(got, blocked(want.astype(np.float32)), rtol=2e-5,
                                    atol=2e-5)
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)  # float32 sums
 

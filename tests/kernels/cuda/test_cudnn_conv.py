@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ops_harness import channels_last as nhwc
 
 import graphrt
 from graphrt.kernels import Epilogue, chain
@@ -35,10 +36,6 @@ def _cudnn() -> None:
         pytest.skip("nvidia-cudnn-frontend is not installed")
 
 
-def _nhwc(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-
-
 @pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("geometry", range(len(GEOMETRIES)))
@@ -57,7 +54,7 @@ def test_cudnn_convolution_matches_the_host_reference(geometry: int, dtype: str,
     attrs = op.attrs.model_validate({**raw, **layouts})
     rng = np.random.default_rng(geometry)
     x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype)
-    host = ([_nhwc(x), _nhwc(w)] if channels_last else [x, w]) + (
+    host = ([nhwc(x), nhwc(w)] if channels_last else [x, w]) + (
         [rng.standard_normal(ws[:1]).astype(dtype)] if bias else [])
     types = [TensorType(a.shape, dtype) for a in host]
     (out,) = op.infer(types, attrs, [None] * len(types))
@@ -72,7 +69,7 @@ def test_cudnn_convolution_matches_the_host_reference(geometry: int, dtype: str,
     run_conv(np, [x.astype(np.float32), w.astype(np.float32),
                   *[a.astype(np.float32) for a in host[2:]]], [nchw], attrs.groups,
              attrs.strides, attrs.dilation, attrs.padding[:2])
-    want = _nhwc(nchw) if channels_last else nchw
+    want = nhwc(nchw) if channels_last else nchw
     if residual:
         want += extra.astype(np.float32)
     if relu:
