@@ -45,7 +45,7 @@ from .jit import direct_conv as direct_kernels
 
 __all__ = ["DepthwisePlan", "DirectPlan", "HostConvPlan", "PointwisePlan",
            "conv_epilogue", "conv_plan", "direct_plan", "pack_unbiased", "pointwise_plan",
-           "run_conv", "run_conv_with", "run_plan"]
+           "run_conv", "run_conv_with", "run_plan", "strip_tiles"]
 
 # Tiles, as in direct_conv (not imported: that needs numba): 16 output channels x 6 pixels,
 # and pointwise 6 output channels x 16 pixels.
@@ -134,9 +134,7 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
                       max(1, _PAD_JOB // (block * hp * wp)), block, blocked_in)
     pixels.flags.writeable = padding.flags.writeable = False
     jobs = n * -(-o // _CHANNELS) * tiles
-    band = max(1, (_STRIP_BYTES // (4 * c * wp) - (kh - 1) * dh) // sh)  # output rows
-    whole = 4 * c * hp * wp <= _WHOLE_BYTES
-    strip = tiles if whole else min(tiles, max(1, band * ow // _PIXELS))
+    strip = strip_tiles(4 * c * wp, hp, (kh - 1) * dh, sh, ow, tiles)
     return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
                       blocked, padding, pixels, taps.astype(np.int32), blocked_out)
@@ -163,6 +161,19 @@ _WHOLE_BYTES = 1 << 18
 the larger part (ResNet-18's 14x14 and 7x7 layers: 2.4-9.4 MB of weights), and each strip
 reads all of them again (the 7x7 layers at batch 1 ran 5% faster, the strided 14x14 one
 7%)."""
+
+def strip_tiles(row_bytes: int, rows: int, reach: int, stride: int, width: int,
+                tiles: int) -> int:
+    """Tiles of a strip of a direct convolution's output (:attr:`DirectPlan.strip`), whose
+    padded data rows of ``row_bytes`` (``rows`` of them in an image; ``reach`` more than
+    the output rows read, at ``stride``) stay in cache while every block of output channels
+    runs over it: about :data:`_STRIP_BYTES`, or the whole image up to
+    :data:`_WHOLE_BYTES`. ``width``: output pixels per row."""
+    if row_bytes * rows <= _WHOLE_BYTES:
+        return tiles
+    band = max(1, (_STRIP_BYTES // row_bytes - reach) // stride)  # output rows
+    return min(tiles, max(1, band * width // _PIXELS))
+
 
 def _packed_bias(bias: np.ndarray[Any, Any] | None, channels: int, block: int
                  ) -> np.ndarray[Any, Any]:

@@ -75,8 +75,11 @@ from .kernel_parts import (
     from_scratch,
     interleave8,
     layouts,
+    next_tile,
+    spill_tile,
     splat,
     store_vector,
+    tile_at,
     vector_at,
 )
 from .product_kernels import ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
@@ -190,10 +193,7 @@ def _tile_of(vectors: int) -> Any:
             layouts(builder, flags, store, blocked)
             builder.branch(end)
             builder.position_at_end(spill)
-            for p in range(PIXELS):
-                for h in range(vectors):
-                    builder.store(accs[vectors * p + h],
-                                  vector_at(builder, sp, c64(CHANNELS * p + 8 * h)), align=4)
+            spill_tile(builder, accs, vectors, PIXELS, CHANNELS, sp)
             builder.branch(end)
             builder.position_at_end(end)
             return context.get_dummy_value()
@@ -330,12 +330,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
         first, last = claim(counters, 0, grain, total)
         if first >= last:
             break
-        # the first tile's place by division, the others' by counting on (a 64-bit
-        # division costs tens of cycles: a short reduction's whole tile, three times over)
-        img, rest = divmod(first, tiles * blocks)
-        band, rest = divmod(rest, strip * blocks)
-        width = min(strip, tiles - band * strip)  # the last strip may be shorter
-        block, tile = divmod(rest, width)
+        img, band, block, tile, width = tile_at(first, tiles, blocks, strip)
         for _ in range(first, last):
             q0 = (band * strip + tile) * PIXELS
             count = min(PIXELS, length - q0)
@@ -355,14 +350,8 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
             if not halves:
                 from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, residual,
                              flags, bounds)
-            tile += 1
-            if tile == width:
-                tile, block = 0, block + 1
-                if block == blocks:
-                    block, band = 0, band + 1
-                    if band * strip >= tiles:
-                        band, img = 0, img + 1
-                    width = min(strip, tiles - band * strip)
+            img, band, block, tile, width = next_tile(img, band, block, tile, width, tiles,
+                                                      blocks, strip)
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)
 

@@ -2,7 +2,8 @@
 may be used, the compiled row kernels of ``layer_norm`` and ``softmax``
 (:mod:`graphrt.kernels.cpu.row_kernels`), the direct convolution
 (:mod:`graphrt.kernels.cpu.direct_conv`), the quantized convolution's passes
-(:mod:`graphrt.kernels.cpu.quantized_kernels`) and the max pool
+(:mod:`graphrt.kernels.cpu.quantized_kernels`) and its integer kernel on AVX2
+(:mod:`graphrt.kernels.cpu.integer_conv`), and the max pool
 (:mod:`graphrt.kernels.cpu.pool_kernels`).
 
 numba is a core dependency: the compiled kernels are graphrt's cpu speed. ``GRAPHRT_JIT=0``
@@ -35,8 +36,8 @@ from .blas_threads import blas_holders
 from .crew import run_jobs
 
 __all__ = ["JOB_ELEMENTS", "PARALLEL_ELEMENTS", "compiled_path_lost", "direct_conv",
-           "host_rows", "load_numba", "pool_kernels", "quantized_kernels", "row_kernels",
-           "rows_call"]
+           "host_rows", "integer_conv", "load_numba", "pool_kernels", "quantized_kernels",
+           "row_kernels", "rows_call"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,40 @@ def quantized_kernels() -> ModuleType | None:
     switched off or fails to compile it (the reason logged once)."""
     return _compiled("quantized_kernels", "quantized convolutions on cpu take the exact "
                      "float GEMM path")
+
+
+def integer_conv() -> ModuleType | None:
+    """:mod:`graphrt.kernels.cpu.integer_conv`, compiled; None where numba is missing,
+    switched off or fails to compile it, or where numba does not compile for a CPU with
+    AVX2 (its micro-kernel is AVX2's integer multiply-adds), the reason logged once."""
+    what = "quantized convolutions on cpu take the float kernels"
+    if _AVX2.get("ok") is None:
+        numba = load_numba(lambda reason: None)
+        _AVX2["ok"] = numba is not None and _compiles_avx2(numba)
+    if not _AVX2["ok"]:
+        line = f"graphrt: {what}: numba does not compile for AVX2 here"
+        if line not in _LOGGED:
+            _LOGGED.add(line)
+            logger.info(line)
+        return None
+    return _compiled("integer_conv", what)
+
+
+_AVX2: dict[str, bool] = {}
+
+
+def _compiles_avx2(numba: Any) -> bool:
+    """Whether numba compiles for a CPU with AVX2: this one's (unless ``NUMBA_CPU_NAME``
+    names another) or the one ``NUMBA_CPU_NAME`` and ``NUMBA_CPU_FEATURES`` name."""
+    import llvmlite.binding as llvm
+
+    features = numba.config.CPU_FEATURES
+    if numba.config.CPU_NAME not in (None, "host"):
+        return features is not None and "+avx2" in features.split(",")
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx2", False))
+    except RuntimeError:  # features this LLVM cannot read
+        return False
 
 
 def pool_kernels() -> ModuleType | None:

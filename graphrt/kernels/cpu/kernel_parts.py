@@ -54,10 +54,13 @@ __all__ = [
     "from_scratch",
     "interleave8",
     "layouts",
+    "next_tile",
     "rectified",
+    "spill_tile",
     "splat",
     "store_vector",
     "stores",
+    "tile_at",
     "transpose",
     "vector_at",
 ]
@@ -127,7 +130,7 @@ def accumulate(builder: Any, count: Any, starts: list[Any],
     t.add_incoming(c64(0), entry)
     accs = []
     for start in starts:
-        acc = builder.phi(V8)
+        acc = builder.phi(start.type)
         acc.add_incoming(start, entry)
         accs.append(acc)
     builder.cbranch(builder.icmp_signed("<", t, count), body, done)
@@ -216,6 +219,17 @@ def store_vector(builder: Any, value: Any, out: Any, residual: Any, index: Any,
                   vector_at(builder, out, index), align=4)
 
 
+def spill_tile(builder: Any, accs: list[Any], vectors: int, pixels: int, channels: int,
+          scratch: Any) -> None:
+    """Store a tile's accumulators (``vectors`` of 8 lanes per pixel, pixel-major) into
+    ``scratch`` (a pointer to their lane type), ``channels`` lanes per pixel."""
+    for p in range(pixels):
+        for h in range(vectors):
+            acc = accs[vectors * p + h]
+            at = builder.gep(scratch, [c64(channels * p + 8 * h)])
+            builder.store(acc, builder.bitcast(at, acc.type.as_pointer()), align=4)
+
+
 def transpose(builder: Any, rows: list[Any]) -> list[Any]:
     """The 8x8 transpose of eight vectors (``rows[i][j]`` becomes ``result[j][i]``): three
     rounds of shuffles, as AVX's unpack, shuffle and 128-bit permute."""
@@ -284,3 +298,34 @@ def from_scratch(out: np.ndarray, o0: int, plane: int, scratch: np.ndarray, chan
                   else o0 + c * plane + p)
             out[at] = epilogue(scratch[c * channel_step + p * pixel_step], residual, at, flags,
                                 bounds)
+
+
+@numba.njit(cache=True, nogil=True)
+def tile_at(job: int, tiles: int, blocks: int, strip: int) -> tuple[int, int, int, int, int]:
+    """Where tile job ``job`` of a direct convolution lies: ``(image, strip, block, tile,
+    width)`` (its strip's number, its block of output channels, its place along the strip,
+    and the strip's tiles: the last strip may be shorter). Jobs are numbered image-major,
+    then by strip of ``strip`` of an image's ``tiles`` tiles, then by block (of ``blocks``),
+    then along the strip."""
+    img, rest = divmod(job, tiles * blocks)
+    band, rest = divmod(rest, strip * blocks)
+    width = min(strip, tiles - band * strip)
+    block, tile = divmod(rest, width)
+    return img, band, block, tile, width
+
+
+@numba.njit(cache=True, nogil=True)
+def next_tile(img: int, band: int, block: int, tile: int, width: int, tiles: int,
+              blocks: int, strip: int) -> tuple[int, int, int, int, int]:
+    """:func:`tile_at` of the job after the one at ``(img, band, block, tile, width)``, by
+    counting on (a 64-bit division costs tens of cycles: a short reduction's whole tile,
+    three times over)."""
+    tile += 1
+    if tile == width:
+        tile, block = 0, block + 1
+        if block == blocks:
+            block, band = 0, band + 1
+            if band * strip >= tiles:
+                band, img = 0, img + 1
+            width = min(strip, tiles - band * strip)
+    return img, band, block, tile, width

@@ -1,15 +1,21 @@
-"""The quantized convolution (``qlinear_conv``) on the host, on the float32 direct kernels.
+"""The quantized convolution (``qlinear_conv``) on the host: in integers where it can, else
+on the float32 direct kernels.
 
-Why float32: 8-bit integers minus their zero points lie in [-255, 255], so every partial sum
-of their products is an integer, and float32 holds integers exactly up to 2**24. Where the
-weights guarantee that bound, the fused multiply-adds of the float32 micro-kernels
-(:mod:`graphrt.kernels.cpu.direct_conv`) compute the int32 sum exactly, at the float
-kernels' speed. Integer instructions would not be faster on CPUs without VNNI: AVX2's
-``vpmaddubsw`` + ``vpmaddwd`` pair does as many multiply-adds per cycle as two FMAs (ONNX
-Runtime's int8 ResNet-18 runs no faster than its float32 one on this project's AVX2 machine;
-docs/performance.md).
+In integers: a 2-D convolution of one group whose weight minus its zero points fits the
+AVX2 kernel's exact range (every pair of adjacent taps ``|w0| + |w1| <= 128``: ONNX
+Runtime's ``reduce_range`` weights always do) runs
+:mod:`graphrt.kernels.cpu.integer_plan`'s kernel: int32 sums of 8-bit products,
+requantized as they are stored. ResNet-18 quantized by ONNX Runtime (QDQ) ran 0.74x
+graphrt's own float32 model this way, where the float path below ran 1.6x it.
 
-How one call runs:
+On the float kernels: 8-bit integers minus their zero points lie in [-255, 255], so every
+partial sum of their products is an integer, and float32 holds integers exactly up to
+2**24. Where the weights guarantee that bound, the fused multiply-adds of the float32
+micro-kernels (:mod:`graphrt.kernels.cpu.direct_conv`) compute the int32 sum exactly. This
+takes the weights the integer kernel declines, depthwise convolutions, and CPUs without
+AVX2.
+
+How a call on the float kernels runs:
 
 1. The weight minus its zero point, as float32, is split into chunks of input channels such
    that for every output channel ``sum(|w - w_zero|) * max|x - x_zero|`` stays below 2**24
@@ -38,7 +44,7 @@ Example:
     >>> out = TensorType((1, 16, 6, 6), "uint8")
     >>> call = qconv_call(attrs, types, out, op.positional(np, attrs, 8))
     >>> call is None or [t.dtype for t in call.workspace]
-    ['float32', 'float32', 'float32', 'int32']
+    ['float32', 'float32', 'float32', 'int32', 'uint32']
 """
 
 from __future__ import annotations
@@ -64,7 +70,8 @@ from .conv import (
     run_plan,
 )
 from .crew import run_jobs
-from .jit import direct_conv, quantized_kernels
+from .integer_plan import integer_plan, pack_integer, run_integer
+from .jit import direct_conv, integer_conv, quantized_kernels
 
 __all__ = ["EXACT", "QConvCall", "qconv_call", "span"]
 
@@ -171,7 +178,7 @@ def _chunks(kernels: ModuleType, shape: _Shape, weight: np.ndarray[Any, Any],
 class QConvCall:
     """A prepared quantized convolution: ``run(*inputs, out, *workspace)`` and the
     workspace it takes (the float data of a chunk, the float kernel's padded copy, the
-    float sums, the int32 sums)."""
+    float sums, the int32 sums; the integer kernel's padded copy)."""
 
     run: Callable[..., None]
     workspace: tuple[TensorType, ...]
@@ -199,18 +206,33 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
         return None
     taps = prod(w.shape[1:])
     sums = prod(out.shape)
+    integer = None if depthwise else integer_conv()
+    plan = None if integer is None else integer_plan(
+        x.shape, w.shape, out.shape, shape.strides, shape.dilation, shape.begin)
     workspace = (TensorType((prod(x.shape),), "float32"),
                  TensorType(whole.workspace or (0,), "float32"),
                  TensorType((sums,), "float32"),
-                 TensorType((sums if taps > _TAPS and not depthwise else 0,), "int32"))
+                 TensorType((sums if taps > _TAPS and not depthwise else 0,), "int32"),
+                 TensorType((0 if plan is None else plan.workspace,), "uint32"))
     n_in = len(inputs)
     low, high = (float(v) for v in int_range(out.dtype))
+    cache: dict[Any, Any] = {}
 
     def run(*arrays: Any) -> None:
         xq, xs, xz, wq, ws, wz, ys, yz = arrays[:8]
         bias = arrays[8] if n_in == 9 else None
-        target, data, padded, part, acc = arrays[n_in:]
+        target, data, padded, part, acc, words = arrays[n_in:]
         zero, reach = int(xz.reshape(-1)[0]), span(xz)
+        multiplier = np.asarray(np.divide(np.multiply(xs.reshape(()), ws), ys.reshape(())),
+                                np.float64).reshape(-1)
+        if plan is not None and integer is not None:
+            packed = derived(wq, ("qlinear_conv integer", wz.tobytes(), wz.shape),
+                             lambda: pack_integer(np.asarray(wq), np.asarray(wz).reshape(-1)))
+            if packed is not None:
+                run_integer(integer, plan, packed, xq, zero,
+                            None if bias is None else np.asarray(bias), multiplier,
+                            int(yz.reshape(-1)[0]), target, words, cache)
+                return
         chunks = derived(wq, ("qlinear_conv", wz.tobytes(), wz.shape, reach),
                          lambda: _chunks(kernels, shape, np.asarray(wq),
                                          np.asarray(wz).reshape(-1), reach))
@@ -219,8 +241,6 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
             return
         _sum_chunks(kernels, passes, shape, chunks, xq, np.float32(zero), data, padded, part,
                     acc)
-        multiplier = np.asarray(np.divide(np.multiply(xs.reshape(()), ws), ys.reshape(())),
-                                np.float64).reshape(-1)
         summed = part if len(chunks.floats) == 1 else acc
         length = shape.out[2] * shape.out[3]
         run_jobs(passes.requantize, _parallel(summed.size), (

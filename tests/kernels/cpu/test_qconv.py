@@ -17,6 +17,7 @@ from graphrt.kernels import chain
 from graphrt.kernels.cpu.jit import direct_conv, quantized_kernels
 from graphrt.kernels.cpu.qconv import EXACT, qconv_call
 from graphrt.ops import TensorType, get_op
+from tests.support.qconv_harness import integers, run_both
 
 pytestmark = pytest.mark.skipif(direct_conv() is None or quantized_kernels() is None,
                                 reason="the compiled kernels are off")
@@ -35,21 +36,16 @@ GEOMETRIES = [
 ]
 
 
-def _data(dtype: Any, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
-
-
 def _inputs(x_shape: tuple[int, ...], w_shape: tuple[int, ...], x_dtype: Any, w_dtype: Any,
             per_channel: bool, bias: bool, rng: np.random.Generator,
             weight: np.ndarray | None = None) -> list[np.ndarray]:
     o = w_shape[0]
-    w = _data(w_dtype, w_shape, rng) if weight is None else weight
+    w = integers(w_dtype, w_shape, rng) if weight is None else weight
     freeze(w)  # a loaded param: packed once
     zeros = (rng.integers(0, 4, o) if per_channel else rng.integers(0, 4, ())).astype(w_dtype)
     scales = (rng.random(o) * 0.01 + 0.001 if per_channel else np.array(0.004)
               ).astype(np.float32)
-    inputs = [_data(x_dtype, x_shape, rng), np.array(0.05, np.float32),
+    inputs = [integers(x_dtype, x_shape, rng), np.array(0.05, np.float32),
               np.array(rng.integers(-3, 9), x_dtype), w, scales, zeros,
               np.array(rng.random() * 2 + 0.5, np.float32), np.array(rng.integers(0, 50),
                                                                        np.uint8)]
@@ -60,20 +56,7 @@ def _inputs(x_shape: tuple[int, ...], w_shape: tuple[int, ...], x_dtype: Any, w_
 
 def _run_both(inputs: list[np.ndarray], strides: tuple[int, ...], dilation: tuple[int, ...],
               pads: tuple[int, ...], groups: int) -> tuple[np.ndarray, np.ndarray]:
-    attrs = OP.attrs(strides=list(strides), dilation=list(dilation), padding=list(pads),
-                     groups=groups)
-    types = [TensorType(a.shape, str(a.dtype)) for a in inputs]
-    (out,) = OP.infer(types, attrs, [None] * len(types))
-    reference = OP.positional(np, attrs, len(inputs))
-    want = np.empty(out.shape, out.dtype)
-    reference(*inputs, want)
-    call = qconv_call(attrs, types, out, reference)
-    assert call is not None
-    got = np.full(out.shape, 7, out.dtype)
-    spaces = [np.full(t.shape, np.nan if t.dtype == "float32" else 3, t.dtype)
-              for t in call.workspace]
-    call.run(*inputs, got, *spaces)
-    call.run(*inputs, got, *spaces)  # again, on the packed weight and dirty workspace
+    got, want, _ = run_both(inputs, strides, dilation, pads, groups)
     return got, want
 
 
@@ -136,7 +119,8 @@ def test_the_cpu_provider_runs_it_and_sim_the_reference() -> None:
     out = OP.infer(types, attrs, [None] * len(types))
     prepared = chain("cpu", np).prepare(OP, attrs, types, out)
     assert prepared is not None and prepared.provider == "cpu"
-    assert [t.dtype for t in prepared.workspace] == ["float32", "float32", "float32", "int32"]
+    assert [t.dtype for t in prepared.workspace] == ["float32", "float32", "float32", "int32",
+                                                    "uint32"]
     assert chain("sim", np).prepare(OP, attrs, types, out).provider != "cpu"
 
 

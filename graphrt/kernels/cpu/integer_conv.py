@@ -1,0 +1,346 @@
+"""Compiled (numba) integer direct convolution of 8-bit data on the host (AVX2): the
+quantized convolution's (``qlinear_conv``) tiles in int32, requantized as they are stored.
+
+Imported only through :func:`graphrt.kernels.cpu.jit.integer_conv`, which declines CPUs
+without AVX2 (the quantized convolution then runs on the float kernels,
+:mod:`graphrt.kernels.cpu.qconv`).
+
+The data is first copied into a padded buffer of 32-bit words, ``[N, C/4, Hp, Wp]``: each
+word holds 4 input channels of one pixel, their bytes minus nothing (8-bit unsigned; signed
+data has its top bit flipped, which adds 128 to its values and its zero point), the border
+and the channels past ``C`` filled with the zero point. The weight minus its zero points is
+packed once per loaded weight as ``[ceil(O/16), T, 16, 4]`` signed bytes (``T`` words of taps:
+4 input channels at one kernel offset). The micro-kernel (:func:`_tile`, LLVM IR emitted
+through a numba intrinsic) keeps 16 output channels x 6 output pixels in 12 int32 vectors:
+per word of taps it loads the 16 channels' 64 weight bytes (two vectors) and, per pixel,
+broadcasts the pixel's word to every lane, then ``vpmaddubsw`` (unsigned data x signed
+weight, adjacent products added in pairs into int16) and ``vpmaddwd`` by ones (pairs added
+into int32) add 4 taps x 8 channels into each accumulator. The pair sums are exact where
+every pair of adjacent weights has ``|w0| + |w1| <= 128`` (``255 * 128`` fits int16): the
+caller checks that once per weight (ONNX Runtime's 7-bit ``reduce_range`` weights always
+have it) and runs the float kernels where it fails.
+
+The stores requantize as ONNX's reference does, in float64: ``clip(rint((acc + bias) *
+multiplier + zero), low, high)``, ``bias`` per output channel with the data's zero point
+folded in (``bias - x_zero * sum(w)``: the sums include the zero point's products), into
+the NCHW 8-bit output (a byte per lane; the output's dtype only changes the bounds). A tile
+short of pixels or channels goes through a scratch tile.
+
+Example:
+    >>> import numpy as np
+    >>> x = np.array([1, 2, 3, 4], np.uint8)         # one 2x2 image, one channel
+    >>> geometry = np.array([1, 1, 2, 2, 2, 2, 0, 0, 1, 0, 0], np.int64)
+    >>> padded = np.empty(4, np.uint32)
+    >>> weights = np.zeros(64, np.int8)
+    >>> weights[0] = 3                               # output channel 0: 3 * x
+    >>> pixels = np.array([0, 1, 2, 3, 3, 3], np.int64)
+    >>> taps = np.array([0], np.int32)
+    >>> scale = np.zeros(16), np.ones(16)            # bias, multiplier
+    >>> levels = np.array([1.0, 0.0, 255.0])         # zero point, bounds
+    >>> out = np.empty(4, np.uint8)
+    >>> counters, bell = np.zeros(4, np.int64), np.zeros(1, np.int64)
+    >>> qconv_jobs(x, geometry, padded, 4, pixels, 4, taps, weights, *scale, levels, out,
+    ...            1, 1, counters, 1, bell, True, 0, 0)
+    True
+    >>> out.tolist()
+    [4, 7, 10, 13]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
+from .kernel_parts import (
+    I32,
+    I64_IN,
+    accumulate,
+    array_data,
+    c64,
+    next_tile,
+    spill_tile,
+    tile_at,
+)
+
+__all__ = ["CHANNELS", "GEOMETRY", "PIXELS", "QUAD", "qconv_jobs"]
+
+CHANNELS = 16
+"""Output channels of one tile (two vectors of 8 int32 lanes)."""
+PIXELS = 6
+"""Output pixels of one tile: 12 accumulators, 2 weight vectors, a broadcast and a product
+in the 16 vector registers of AVX2."""
+QUAD = 4
+"""Input taps (channels) of one 32-bit word of the padded data."""
+
+GEOMETRY = 11
+"""Entries of the padded copy's geometry (:func:`qconv_jobs`' ``geometry``): images,
+channels, h, w, hp, wp, top, left, words of channels per job, the flip (128 for signed
+data, else 0), the fill byte (the zero point, flipped)."""
+
+_I8 = ir.IntType(8)
+_I16 = ir.IntType(16)
+_BYTES = ir.VectorType(_I8, 32)
+_SHORTS = ir.VectorType(_I16, 16)
+_INTS = ir.VectorType(I32, 8)
+_QUADS = ir.VectorType(I32, 4)
+_F64 = ir.DoubleType()
+_D4 = ir.VectorType(_F64, 4)
+
+_U8, _U8_IN = flat(types.uint8), flat(types.uint8, True)
+_U32 = flat(types.uint32)
+_F64_IN = flat(types.float64, True)
+
+
+def _function(builder: Any, name: str, result: Any, *args: Any) -> Any:
+    return cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
+        builder.module, ir.FunctionType(result, list(args)), name)
+
+
+def _splat(builder: Any, value: Any, vector: Any) -> Any:
+    undef = ir.Constant(vector, ir.Undefined)
+    return builder.shuffle_vector(
+        builder.insert_element(undef, value, ir.Constant(I32, 0)), undef,
+        ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
+
+
+def _at(builder: Any, pointer: Any, index: Any, vector: Any) -> Any:
+    return builder.bitcast(builder.gep(pointer, [index]), vector.as_pointer())
+
+
+def _tile_of(vectors: int) -> Any:
+    """The tile of ``vectors`` (2, or 1 for the last 8 channels of a weight) vectors of 8
+    output channels x 6 pixels (see :data:`_tile`)."""
+
+    @intrinsic
+    def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
+             taps: Any, bias: Any, multiplier: Any, b0: Any, levels: Any, out: Any, o0: Any,
+             plane: Any, scratch: Any, whole: Any) -> Any:
+        sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, multiplier, b0, levels,
+                         out, o0, plane, scratch, whole)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            wp, xp, pp, tp, bp, mp, lp, op, sp = (
+                array_data(context, builder, signature, args, i).data
+                for i in (0, 2, 4, 6, 7, 8, 10, 11, 14))
+            w0, x0, q0, b0, o0, plane, whole = (args[i] for i in (1, 3, 5, 9, 12, 13, 15))
+            n_taps = builder.extract_value(
+                array_data(context, builder, signature, args, 6).shape, 0)
+            pairs = _function(builder, "llvm.x86.avx2.pmadd.ub.sw", _SHORTS, _BYTES, _BYTES)
+            quads = _function(builder, "llvm.x86.avx2.pmadd.wd", _INTS, _SHORTS, _SHORTS)
+            ones = ir.Constant(_SHORTS, [1] * 16)
+            bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
+                     for p in range(PIXELS)]
+
+            def tap(t: Any, accs: list[Any]) -> list[Any]:
+                wi = builder.add(w0, builder.mul(t, c64(CHANNELS * QUAD)))
+                w = [builder.load(_at(builder, wp, builder.add(wi, c64(32 * h)), _BYTES),
+                                  align=1) for h in range(vectors)]
+                offset = builder.sext(builder.load(builder.gep(tp, [t])), ir.IntType(64))
+                new: list[Any] = []
+                for p in range(PIXELS):
+                    word = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
+                    data = builder.bitcast(_splat(builder, word, _INTS), _BYTES)
+                    for h in range(vectors):
+                        summed = builder.call(quads, [builder.call(pairs, [data, w[h]]), ones])
+                        new.append(builder.add(accs[vectors * p + h], summed))
+                return new
+
+            accs = accumulate(builder, n_taps, [ir.Constant(_INTS, None)] * (vectors * PIXELS),
+                              tap)
+            store, spill, end = (builder.append_basic_block(f"tile.{part}")
+                                 for part in ("store", "spill", "end"))
+            builder.cbranch(builder.icmp_signed("!=", whole, ir.Constant(whole.type, 0)),
+                            store, spill)
+            builder.position_at_end(store)
+            rint = _function(builder, "llvm.rint.v4f64", _D4, _D4)
+            zero, low, high = (_splat(builder, builder.load(builder.gep(lp, [c64(i)])), _D4)
+                               for i in range(3))
+            for h in range(vectors):
+                for part in range(2):  # lanes 0-3, then 4-7
+                    first = 8 * h + 4 * part
+                    at = builder.add(b0, c64(first))
+                    b, m = (builder.load(_at(builder, ptr, at, _D4), align=8)
+                            for ptr in (bp, mp))
+                    for p in range(PIXELS):
+                        lanes = builder.shuffle_vector(
+                            accs[vectors * p + h], ir.Constant(_INTS, ir.Undefined),
+                            ir.Constant(_QUADS, [4 * part + i for i in range(4)]))
+                        value = builder.sitofp(lanes, _D4)
+                        value = builder.fadd(builder.fmul(builder.fadd(value, b), m), zero)
+                        value = builder.call(rint, [value])
+                        value = builder.select(builder.fcmp_ordered("<", value, low), low,
+                                               value)
+                        value = builder.select(builder.fcmp_ordered(">", value, high), high,
+                                               value)
+                        words = builder.fptosi(value, _QUADS)
+                        for lane in range(4):
+                            index = builder.add(o0, builder.add(
+                                builder.mul(plane, c64(first + lane)), c64(p)))
+                            byte = builder.trunc(builder.extract_element(
+                                words, ir.Constant(I32, lane)), _I8)
+                            builder.store(byte, builder.gep(op, [index]))
+            builder.branch(end)
+            builder.position_at_end(spill)
+            spill_tile(builder, accs, vectors, PIXELS, CHANNELS, sp)
+            builder.branch(end)
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_tile = _tile_of(2)
+"""One tile: output channels ``b0 .. b0+15`` (weights from ``w0``) of pixels ``q0 .. q0+5``
+of the image at word ``x0``, requantized with ``bias``, ``multiplier`` (from ``b0``) and
+``levels`` (zero point, low, high) into ``out`` at ``o0`` (channel stride ``plane``) where
+``whole``; else its int32 sums into ``scratch[pixel * 16 + channel]``."""
+
+_half_tile = _tile_of(1)
+""":data:`_tile` of the first 8 channels only (a weight's last 8 or fewer channels)."""
+
+
+@numba.njit(types.void(_U8_IN, _U32, I64_IN, types.int64, types.int64), cache=True,
+            nogil=True)
+def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: int,
+                last: int) -> None:
+    """Words of channels ``first .. last - 1`` (over the batch) of ``x`` ``[N, C, h, w]``
+    into ``padded`` ``[N, C/4, hp, wp]`` from row ``top`` and column ``left``, as
+    :data:`GEOMETRY` says: 4 channels of a pixel to a word (channel ``4k + i`` in byte
+    ``i``, flipped), the fill byte around them and past ``C``."""
+    channels, h, w, hp, wp, top, left = (geometry[1], geometry[2], geometry[3], geometry[4],
+                                         geometry[5], geometry[6], geometry[7])
+    flip = np.uint32(geometry[9] * 0x01010101)
+    fill = np.uint32(geometry[10] * 0x01010101)
+    words = (channels + QUAD - 1) // QUAD
+    lead = min(left, wp)
+    rows, cols = max(0, min(h, hp - top)), max(0, min(w, wp - lead))
+    plane = h * w
+    for job in range(first, last):
+        n, k = divmod(job, words)
+        dst = padded[job * hp * wp:(job + 1) * hp * wp]
+        c0 = n * channels + k * QUAD
+        present = min(QUAD, channels - k * QUAD)
+        for i in range(hp):
+            line = dst[i * wp:(i + 1) * wp]
+            r = i - top
+            if r < 0 or r >= rows:
+                line[:] = fill
+                continue
+            line[:lead] = fill
+            line[lead + cols:] = fill
+            body = line[lead:lead + cols]
+            at = c0 * plane + r * w
+            if present == QUAD:
+                a = x[at:at + cols]
+                b = x[at + plane:at + plane + cols]
+                c = x[at + 2 * plane:at + 2 * plane + cols]
+                d = x[at + 3 * plane:at + 3 * plane + cols]
+                for j in range(cols):
+                    body[j] = (np.uint32(a[j]) | (np.uint32(b[j]) << 8)
+                               | (np.uint32(c[j]) << 16) | (np.uint32(d[j]) << 24)) ^ flip
+            else:
+                for j in range(cols):
+                    value = fill
+                    for i_ in range(present):
+                        byte = np.uint32(x[at + i_ * plane + j]) ^ (flip & np.uint32(0xFF))
+                        shift = np.uint32(8 * i_)
+                        value = (value & ~(np.uint32(0xFF) << shift)) | (byte << shift)
+                    body[j] = value
+
+
+@numba.njit(types.void(_U8_IN, _U32, I64_IN, COUNTERS), cache=True, nogil=True)
+def _interleave_phase(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray,
+                      counters: np.ndarray) -> None:
+    """This thread's share of the padded copy (phase 1 of ``counters``, jobs of
+    ``geometry[8]`` words of channels); returns once the copy is whole."""
+    total = geometry[0] * ((geometry[1] + QUAD - 1) // QUAD)
+    chunk = geometry[8]
+    jobs = (total + chunk - 1) // chunk
+    while True:
+        job, end = claim(counters, 1, 1, jobs)
+        if job >= end:
+            break
+        _interleave(x, padded, geometry, job * chunk, min(total, (job + 1) * chunk))
+        done(counters, 1, 1)
+    wait(counters, 1, jobs)
+
+
+@numba.njit(cache=True, nogil=True)
+def _from_scratch(out: np.ndarray, o0: int, plane: int, scratch: np.ndarray, channels: int,
+                  pixels: int, bias: np.ndarray, multiplier: np.ndarray, b0: int,
+                  levels: np.ndarray) -> None:
+    """The ``channels`` x ``pixels`` sums of a tile short of either (``scratch``, pixel-
+    major, 16 channels a pixel), requantized into ``out`` from ``o0``."""
+    zero, low, high = levels[0], levels[1], levels[2]
+    for c in range(channels):
+        b, m = bias[b0 + c], multiplier[b0 + c]
+        for p in range(pixels):
+            value = np.rint((np.float64(scratch[p * CHANNELS + c]) + b) * m + zero)
+            out[o0 + c * plane + p] = np.uint8(np.int32(min(max(value, low), high)) & 0xFF)
+
+
+@numba.njit(types.boolean(_U8_IN, I64_IN, _U32, types.int64, I64_IN, types.int64,
+                          flat(types.int32, True), flat(types.int8, True), _F64_IN, _F64_IN,
+                          _F64_IN, _U8, types.int64, types.int64, *JOBS), cache=True,
+            nogil=True)
+def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image: int,
+               pixels: np.ndarray, length: int, taps: np.ndarray, weights: np.ndarray,
+               bias: np.ndarray, multiplier: np.ndarray, levels: np.ndarray, out: np.ndarray,
+               channels: int, strip: int, counters: np.ndarray, grain: int,
+               bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """A job function (:mod:`~graphrt.kernels.cpu.job_protocol`; ``counters`` has 2
+    phases): the quantized convolution of ``data`` (8-bit, as bytes), on the calling thread
+    (``caller``) or on a helper thread joining it.
+
+    The threads first copy ``data`` into ``padded`` together (phase 1, :data:`GEOMETRY`),
+    then run the tiles (phase 0), numbered as :func:`graphrt.kernels.cpu.direct_conv.
+    conv_jobs` numbers its own: image-major, by strip of ``strip`` tiles, by block of 16
+    output channels, along the strip. ``image``: words per padded image; ``pixels``: per
+    output pixel (padded to whole tiles) its window's word in an image; ``taps``: per word
+    of taps its offset from the window's; ``weights``: ``[ceil(O/16), T, 16, 4]``;
+    ``bias`` and ``multiplier``: per output channel (whole blocks); ``levels``: the output's
+    zero point, low and high bounds; ``out``: ``[N, channels, length]`` bytes."""
+    if caller:
+        ring(bell)
+    _interleave_phase(data, padded, geometry, counters)
+    n_taps = taps.shape[0]
+    blocks = (channels + CHANNELS - 1) // CHANNELS
+    tiles = (length + PIXELS - 1) // PIXELS
+    total = geometry[0] * blocks * tiles
+    scratch = np.empty(CHANNELS * PIXELS, np.int32)
+    while True:
+        first, last = claim(counters, 0, grain, total)
+        if first >= last:
+            break
+        img, band, block, tile, width = tile_at(first, tiles, blocks, strip)
+        for _ in range(first, last):
+            q0 = (band * strip + tile) * PIXELS
+            count = min(PIXELS, length - q0)
+            kept = min(CHANNELS, channels - block * CHANNELS)
+            o0 = (img * channels + block * CHANNELS) * length + q0
+            b0 = block * CHANNELS
+            w0 = block * n_taps * CHANNELS * QUAD
+            if kept <= 8:
+                whole = count == PIXELS and kept == 8
+                _half_tile(weights, w0, padded, img * image, pixels, q0, taps, bias,
+                           multiplier, b0, levels, out, o0, length, scratch, whole)
+            else:
+                whole = count == PIXELS and kept == CHANNELS
+                _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier,
+                      b0, levels, out, o0, length, scratch, whole)
+            if not whole:
+                _from_scratch(out, o0, length, scratch, kept, count, bias, multiplier, b0,
+                              levels)
+            img, band, block, tile, width = next_tile(img, band, block, tile, width, tiles,
+                                                      blocks, strip)
+        done(counters, 0, last - first)
+    return finish(counters, total, bell, caller, call, spins)
