@@ -116,15 +116,16 @@ _QUANT: dict[str, str] = {
     **{quantize_expression(dtype, zero): _quantize_form(zero, low, high)
        for dtype, (low, high) in FUSED_RANGES.items() for zero in (False, True)},
     dequantize_expression(False): "(_float32({0}) * _float32({1}))",
-    dequantize_expression(True): "(_float32(_int32({0}) - _int32({2})) * _float32({1}))",
+    dequantize_expression(True): "((_float32({0}) - _float32({2})) * _float32({1}))",
     dequantize_expression(True, wide=True):
         "(_float32(_int64({0}) - _int64({2})) * _float32({1}))",
 }
 """Per-tensor quantize and dequantize (:mod:`graphrt.ops.quantize`): quantize through the
-generated module's ``_quantize32``; dequantize's difference in int32 for 8- and 16-bit
-inputs (numba would compute ``uint8 - uint8`` in uint8 and wrap around; int32 converts to
-float32 in vectors, int64 does not on AVX2: a QDQ GELU ran 4x slower that way) and in int64
-for int32 inputs, rounded once to float32, times the scale."""
+generated module's ``_quantize32``; dequantize's difference in float32 for 8- and 16-bit
+inputs (both exact there, and so their difference: numba would compute ``uint8 - uint8``
+in uint8 and wrap around, and ``int32 - int32`` in int64, which AVX2 converts to float32
+a lane at a time: a QDQ GELU ran 4x slower in int64, a residual add 1.4x in int32) and in
+int64 for int32 inputs, rounded once to float32, times the scale."""
 _PYTHON.update(_QUANT)
 _QUANTIZING = frozenset(_QUANT.values())
 _QUANTIZING_FORMS = frozenset(form for form in _QUANTIZING if form.startswith("_quantize32"))
@@ -303,10 +304,18 @@ def loop_source(run: ElementwiseRun, steps: Sequence[ElementwiseStep], types: di
     direct = [n for n in run.inputs if n in read]
     variable = {name: f"x{i}" for i, name in enumerate(direct)}
     arguments = [*variable.values(), *(f"g{c}" for c in range(len(chains))), "y"]
+    # The arrays read along the loop are sliced to its range, so that their indices count
+    # from 0: numba wraps negative indices around, and over ``range(lo, hi)`` LLVM cannot
+    # rule them out, so every load became a select and a scalar insert (no vectors: a QDQ
+    # residual add ran 1.7 ns an element).
+    nested = any(kinds[n] in ("inner", "outer") for n in direct)
+    cols = " * ".join(f"y.shape[{d}]" for d in range(split, out.ndim)) or "1"
+    span = "[lo * cols:hi * cols]" if nested else "[lo:hi]"
     head = [f"def kernel({', '.join(arguments)}, lo, hi):", "    n = y.size",
-            "    yv = y.reshape(n)"]
+            *([f"    cols = {cols}"] if nested else []), f"    yv = y.reshape(n){span}"]
     for name, var in variable.items():
-        head.append(f"    {var}v = {var}.reshape({var}.size)")
+        part = {"full": span, "outer": "[lo:hi]"}.get(kinds[name], "")
+        head.append(f"    {var}v = {var}.reshape({var}.size){part}")
         if kinds[name] == "one":
             head.append(f"    {var}s = {var}v[0]")
     head += [f"    g{c}v = g{c}.reshape(g{c}.size)" for c in range(len(chains))]
@@ -314,16 +323,15 @@ def loop_source(run: ElementwiseRun, steps: Sequence[ElementwiseStep], types: di
     operand = {name: f"{var}s" if kinds[name] == "one" else f"{var}v{index[kinds[name]]}"
                for name, var in variable.items()}
     elements = prod(out.shape)
-    if any(kinds[n] in ("inner", "outer") for n in direct):
-        cols = " * ".join(f"y.shape[{d}]" for d in range(split, out.ndim)) or "1"
-        head += [f"    cols = {cols}", "    for r in range(lo, hi):",
+    if nested:
+        head += ["    for r in range(hi - lo):",
                  "        for j in range(cols):", "            i = r * cols + j"]
         pad = " " * 12
         width = prod(out.shape[split:])
         units = elements // width if width else 0
         block = max(1, JOB_ELEMENTS // max(width, 1))
     else:
-        head.append("    for i in range(lo, hi):")
+        head.append("    for i in range(hi - lo):")
         pad = " " * 8
         units, block = elements, JOB_ELEMENTS
     body = _body(run, steps, types, operand, chains, pad)
