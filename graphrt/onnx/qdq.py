@@ -15,6 +15,13 @@ into one ``qlinear_conv`` on the 8-bit values (its int32 sum requantized once), 
     dequantize(bq, xs·ws) ───┘
         ⇒ qlinear_conv(xq, xs, xz, wq, ws, wz, ys, yz, bq) ─ [maximum(·, yz)] ─→ yq
 
+A max pool between a dequantize and a quantize of the same scale and zero point runs on the
+8-bit values (ONNX Runtime's QDQ rule for MaxPool): dequantizing is monotone, so the maximum
+of the dequantized window is the dequantized maximum, and the quantize gives back the 8-bit
+value exactly (``(x - z) * s / s`` is within two float32 roundings of ``x - z``); a window
+in the padding alone gives ``-inf``, which quantizes to the dtype's lowest value, the 8-bit
+pool's padding.
+
 Likewise ``dequantize(a) → matmul → quantize`` with ``b`` a dequantized activation (the
 attention's products) or a constant weight a dequantize made, per tensor or per column,
 becomes ``qlinear_matmul(aq, as, az, bq, bs, bz, ys, yz)`` (no relu between, no transposes).
@@ -63,11 +70,14 @@ __all__ = ["fuse_qdq"]
 _CONVS = ("conv2d", "conv")
 _CONV_ATTRS = ("strides", "padding", "dilation", "groups")
 _INTS = ("int8", "uint8")
+_MAX_POOLS = ("max_pool2d", "max_pool")
 
 
 def fuse_qdq(b: Builder, outputs: Sequence[str]) -> None:
-    """Rewrite every dequantize → conv → [relu →] quantize of ``b`` into ``qlinear_conv``
-    (see the module docstring); other steps are left alone."""
+    """Rewrite every dequantize → conv → [relu →] quantize of ``b`` into ``qlinear_conv``,
+    dequantize → matmul → quantize into ``qlinear_matmul``, and a max pool between a
+    dequantize and a quantize alike onto the 8-bit values (see the module docstring);
+    other steps are left alone."""
     made_by = {out: step for step in b.steps for out in step.outputs}
     readers: dict[str, list[ConvertedStep]] = {}
     for step in b.steps:
@@ -80,6 +90,8 @@ def fuse_qdq(b: Builder, outputs: Sequence[str]) -> None:
             found = _pattern(b, step, made_by, readers, outputs)
         elif step.op == "matmul":
             found = _matmul_pattern(b, step, made_by, readers, outputs)
+        elif step.op in _MAX_POOLS:
+            found = _pool_pattern(b, step, made_by, readers, outputs)
         else:
             continue
         if found is None:
@@ -155,6 +167,30 @@ def _matmul_pattern(b: Builder, matmul: ConvertedStep, made_by: dict[str, Conver
     inputs = [*a, *w, quantize.inputs[1], _zero(b, quantize)]
     return [ConvertedStep("qlinear_matmul", inputs, [quantize.outputs[0]], {},
                           matmul.source, matmul.device)], [quantize]
+
+
+def _pool_pattern(b: Builder, pool: ConvertedStep, made_by: dict[str, ConvertedStep],
+                  readers: dict[str, list[ConvertedStep]], outputs: Sequence[str]
+                  ) -> tuple[list[ConvertedStep], list[ConvertedStep]] | None:
+    """The max pool of the 8-bit values replacing dequantize → max pool → quantize (the
+    quantize's scale and zero point the dequantize's, the scale positive), and the quantize
+    it replaces, or None."""
+    if len(pool.outputs) != 1 or len(pool.inputs) != 1 or pool.attrs.get("indices"):
+        return None
+    activation = _activation(b, made_by.get(pool.inputs[0]))
+    tail = _tail(b, pool.outputs[0], readers, outputs)
+    if activation is None or tail is None or tail[1] is not None:
+        return None
+    (xq, xs, xz), quantize = activation, tail[0]
+    ys, yz = quantize.inputs[1], _zero(b, quantize)
+    scale = b.constants[xs].reshape(-1)
+    if not (b.dtype(quantize.outputs[0]) == b.dtype(xq) == b.dtype(yz) == b.dtype(xz)
+            and np.isfinite(scale).all() and (scale > 0).all()
+            and all(np.array_equal(b.constants[p].reshape(-1), b.constants[q].reshape(-1))
+                    for p, q in ((xs, ys), (xz, yz)))):
+        return None
+    return [ConvertedStep(pool.op, [xq], [quantize.outputs[0]], dict(pool.attrs),
+                          pool.source, pool.device)], [quantize]
 
 
 def _scalar(b: Builder, name: str) -> str:

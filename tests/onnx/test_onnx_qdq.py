@@ -1,5 +1,6 @@
 """QDQ-format convolutions (graphrt.onnx.qdq): DequantizeLinear → Conv → [Relu →]
-QuantizeLinear becomes ``qlinear_conv``, equal to ONNX Runtime's fused QDQ kernels and to
+QuantizeLinear becomes ``qlinear_conv`` (and a max pool between a Q/DQ pair of one scale
+pools the 8-bit values), equal to ONNX Runtime's fused QDQ kernels and to
 graphrt's own float path within one quantization step, on cpu and sim; the forms that must
 stay as they are (a conv output read twice, a float bias, per-axis activations, a graph
 output) do; and ONNX Runtime's ``quantize_static`` ResNet-style model fuses every
@@ -307,3 +308,55 @@ def test_a_model_converted_for_cuda_keeps_its_float_convolutions() -> None:
     assert "qlinear_conv" in _ops(graphrt.from_onnx(model, devices=["cpu"]))
     bundle = graphrt.from_onnx(model, devices=["cuda", "cpu"])
     assert "qlinear_conv" not in _ops(bundle) and "conv2d" in _ops(bundle)
+
+
+def qdq_max_pool(*, out_scale: float = 0.04, out_zero: int = 9, signed: bool = False,
+                 pads: int = 1) -> Any:
+    """x (float) → Q → DQ → MaxPool(3, stride 2) → Q → DQ → y."""
+    act = np.int8 if signed else np.uint8
+    inits = [numpy_helper.from_array(np.array(0.04, np.float32), "s"),
+             numpy_helper.from_array(np.array(9, act), "z"),
+             numpy_helper.from_array(np.array(out_scale, np.float32), "s2"),
+             numpy_helper.from_array(np.array(out_zero, act), "z2")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "s", "z"], ["x_f"]),
+             helper.make_node("MaxPool", ["x_f"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[pads] * 4),
+             helper.make_node("QuantizeLinear", ["p", "s2", "z2"], ["p_q"]),
+             helper.make_node("DequantizeLinear", ["p_q", "s2", "z2"], ["y"])]
+    side = (11 + 2 * pads - 3) // 2 + 1
+    graph = helper.make_graph(
+        nodes, "qdq_max_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                              [2, 5, 11, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, side, side])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("signed", [False, True], ids=["uint8", "int8"])
+def test_a_max_pool_between_a_qdq_pair_pools_the_8_bit_values(device: graphrt.Device,
+                                                                signed: bool) -> None:
+    """The pool reads the 8-bit data (no float copy, no dequantize before it), and its result
+    is the float path's exactly, and ONNX Runtime's."""
+    model = qdq_max_pool(signed=signed)
+    bundle = graphrt.from_onnx(model)
+    ops = _ops(bundle)
+    assert "max_pool2d" in ops and ops.index("max_pool2d") < ops.index("dequantize")
+    assert ops.count("quantize") == 1  # the input's; the pool's own went away
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 5, 11, 11)) * 3).astype(np.float32)
+    x[0, 0, :2, :2] = -100.0  # saturates: the window holds the lowest value
+    (got,) = bundle.create(device)(x=x)
+    plain = graphrt.from_onnx(model, fuse=False).create("cpu")
+    (want,) = plain(x=x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    (theirs,) = run_ort(model, {"x": x})
+    np.testing.assert_array_equal(np.asarray(got), theirs)
+
+
+@pytest.mark.parametrize("form", [dict(out_scale=0.05), dict(out_zero=10)],
+                         ids=["scale", "zero"])
+def test_a_max_pool_requantized_to_other_parameters_stays_float(form: dict[str, Any]) -> None:
+    ops = _ops(graphrt.from_onnx(qdq_max_pool(**form)))
+    assert ops.index("max_pool2d") > ops.index("dequantize")
+    assert ops.count("quantize") == 2

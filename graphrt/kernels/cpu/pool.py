@@ -1,4 +1,4 @@
-"""The compiled max pool on the host: float32 2-D windows over every core
+"""The compiled max pool on the host: float32 and 8-bit 2-D windows over every core
 (:mod:`graphrt.kernels.cpu.pool_kernels`), its windows decided at ``create()``; and the
 compiled global average pool.
 
@@ -31,6 +31,9 @@ _POOL_JOBS = 64
 """Jobs (bands of output rows) a compiled max pool is cut into, at least: enough for the
 threads to share them evenly."""
 
+_LOWEST = {"float32": np.float32(-np.inf), "uint8": np.uint8(0), "int8": np.int8(-128)}
+"""The dtypes the compiled max pool takes, and the value of their padding (the lowest)."""
+
 _MIN_POOL_WORK = 100_000
 """Window positions (outputs x kernel size) below which a compiled max pool runs on the
 calling thread alone: bringing in the helpers costs tens of microseconds."""
@@ -38,8 +41,8 @@ calling thread alone: bringing in the helpers costs tens of microseconds."""
 
 def window_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None:
     """``out`` = the max of ``x`` over each pool window (padding skipped): through the
-    compiled kernel over every core for host float32 data with 2-D windows where numba is
-    installed, else :func:`~graphrt.ops.pooling.window_reduce` (checked on every call: the
+    compiled kernel over every core for host float32 or 8-bit data with 2-D windows where
+    numba is installed, else :func:`~graphrt.ops.pooling.window_reduce` (checked on every call: the
     prepared kernel of :func:`max_pool_call` decides once)."""
     if not _compiled_max(jit.pool_kernels(), x, out, windows):
         window_reduce(xp, x, out, windows, "max")
@@ -49,11 +52,11 @@ def max_pool_call(x: TensorType, out: TensorType, windows: Sequence[AxisWindow],
                   dynamic: bool) -> Callable[..., None] | None:
     """A max pool ``kernel(x, out)`` over ``windows`` through the compiled kernel (compiled,
     or loaded from numba's cache, now), or None where it does not apply (numba missing, not
-    float32, not 2-D, an empty output). A static node's kernel pools with no check; a
+    float32, uint8 or int8, not 2-D, an empty output). A static node's kernel pools with no check; a
     dynamic node's checks each call's shapes."""
     kernels = jit.pool_kernels()
-    if not (kernels is not None and len(windows) == 2 and x.dtype == out.dtype == "float32"
-            and 0 not in out.shape):
+    if not (kernels is not None and len(windows) == 2 and x.dtype == out.dtype
+            and x.dtype in _LOWEST and 0 not in out.shape):
         return None
     if dynamic:
         def checked(x: Any, out: Any) -> None:
@@ -73,7 +76,7 @@ def _compiled_max(kernels: ModuleType | None, x: Any, out: Any,
     """:func:`window_max` through the compiled ``kernels`` (None: numba is missing or the
     data is off the host); False (nothing done) where they do not apply."""
     if not (kernels is not None and len(windows) == 2 and isinstance(x, np.ndarray)
-            and x.dtype == np.float32 and out.dtype == np.float32
+            and x.dtype.name in _LOWEST and out.dtype == x.dtype
             and out.flags.c_contiguous and out.size > 0):
         return False
     _run_max(kernels, x, out, windows)
@@ -81,14 +84,15 @@ def _compiled_max(kernels: ModuleType | None, x: Any, out: Any,
 
 
 def _run_max(kernels: ModuleType, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None:
-    """The compiled max pool of float32 ``x`` into a C-contiguous float32 ``out``."""
+    """The compiled max pool of ``x`` into a C-contiguous ``out`` of its dtype."""
     (kh, sh, dh, top), (kw, sw, dw, left) = windows
     planes, (h, w), (oh, ow) = x.shape[0] * x.shape[1], x.shape[2:], out.shape[2:]
     bands = min(oh, -(-_POOL_JOBS // planes))
     rows = -(-oh // bands)
     jobs = planes * -(-oh // rows)
     run_jobs(kernels.max_pool_jobs, out.size * kh * kw >= _MIN_POOL_WORK, (
-        np.ascontiguousarray(x).reshape(-1), out.reshape(-1), planes, h, w, oh, ow, kh, kw,
+        np.ascontiguousarray(x).reshape(-1), out.reshape(-1), _LOWEST[x.dtype.name], planes,
+        h, w, oh, ow, kh, kw,
         sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64), max(1, jobs // _POOL_JOBS)))
 
 

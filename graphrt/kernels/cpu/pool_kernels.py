@@ -1,15 +1,16 @@
-"""Compiled (numba) 2-D max pooling of float32 on the host, over every core.
+"""Compiled (numba) 2-D max pooling of float32 and 8-bit integers on the host, over every
+core.
 
 Imported only through :func:`graphrt.kernels.cpu.jit.pool_kernels`, which falls back to the
 numpy path (:func:`graphrt.ops.pooling.window_reduce`) where numba is missing.
 :func:`max_pool_jobs` is a job function (:mod:`graphrt.kernels.cpu.job_protocol`): a job is one
 band of output rows of one plane. Each output row reduces the window's input rows into one
-padded line (``-inf`` in the padding), then the window's columns of that line into the output
-row. Every step is a vectorized maximum of two arrays into a third (a loop that reads the
-array it writes does not vectorize), so a window of k rows or columns folds through two
-spare lines in turn; stride 2 reads the line as interleaved pairs, still vectorized. The
-maximum is numpy's: a NaN anywhere in a window makes it NaN. docs/performance.md gives its
-speed against the separable numpy passes.
+padded line (the dtype's lowest value in the padding: ``-inf``, 0 or -128), then the
+window's columns of that line into the output row. Every step is a vectorized maximum of
+two arrays into a third (a loop that reads the array it writes does not vectorize), so a
+window of k rows or columns folds through two spare lines in turn; stride 2 reads the line
+as interleaved pairs, still vectorized. The maximum is numpy's: a NaN anywhere in a window
+makes it NaN. docs/performance.md gives its speed against the separable numpy passes.
 
 :func:`plane_means` is the global average pool: a plane's sum by vector lanes, on the
 calling thread (the whole pool of MobileNetV2 takes microseconds; numpy's mean over the two
@@ -19,7 +20,7 @@ Example:
     >>> import numpy as np
     >>> x = np.arange(16, dtype=np.float32)             # one 4x4 plane
     >>> out = np.empty(4, np.float32)                   # its 2x2 pool (kernel 2, stride 2)
-    >>> max_pool_jobs(x, out, 1, 4, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0, 1,
+    >>> max_pool_jobs(x, out, np.float32(-np.inf), 1, 4, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0, 1,
     ...               np.zeros(2, np.int64), 1, np.zeros(1, np.int64), True, 0, 0)
     True
     >>> out.tolist()
@@ -34,7 +35,7 @@ from numba import types
 
 from .job_protocol import JOBS, claim, done, finish, flat, ring
 
-__all__ = ["block_means", "max_pool_jobs", "plane_means"]
+__all__ = ["POOLED", "block_means", "max_pool_jobs", "plane_means"]
 
 
 @numba.njit(inline="always", cache=True)
@@ -82,26 +83,31 @@ def _copy(dst: np.ndarray, a: np.ndarray, sa: int) -> None:
 _I64 = types.int64
 
 
-@numba.njit(types.boolean(flat(types.float32, True), flat(types.float32), *(_I64,) * 14, *JOBS),
+POOLED = (types.float32, types.uint8, types.int8)
+"""The dtypes :func:`max_pool_jobs` takes."""
+
+
+@numba.njit([types.boolean(flat(t, True), flat(t), t, *(_I64,) * 14, *JOBS) for t in POOLED],
             cache=True, nogil=True)
-def max_pool_jobs(x: np.ndarray, out: np.ndarray, planes: int, h: int, w: int, oh: int,
-                  ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int,
-                  left: int, rows: int, counters: np.ndarray, grain: int, bell: np.ndarray,
-                  caller: bool, call: int, spins: int) -> bool:
+def max_pool_jobs(x: np.ndarray, out: np.ndarray, lowest: float, planes: int, h: int, w: int,
+                  oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                  top: int, left: int, rows: int, counters: np.ndarray, grain: int,
+                  bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
     """Max pool ``x`` ``[planes, h, w]`` into ``out`` ``[planes, oh, ow]`` (flattened) with
     a ``kh`` x ``kw`` window, strides ``sh``, ``sw``, dilation ``dh``, ``dw`` and ``top``,
     ``left`` padding (the end padding follows from the output size); jobs of ``rows`` output
     rows of one plane, claimed as :mod:`~graphrt.kernels.cpu.job_protocol` says. A window with no
-    input position gives ``-inf``."""
+    input position gives ``lowest`` (the dtype's lowest value)."""
     if caller:
         ring(bell)
     bands = (oh + rows - 1) // rows
     total = planes * bands
     width = max((ow - 1) * sw + (kw - 1) * dw + 1, left + w)  # the padded line windows read
-    line = np.full(width, -np.inf, np.float32)
+    line = np.empty(width, x.dtype)
+    line[:] = lowest
     data = line[left:left + w]
-    spare = np.empty((2, w), np.float32)  # partial maxima of rows, then of columns
-    pairs = np.empty((2, ow), np.float32)
+    spare = np.empty((2, w), x.dtype)  # partial maxima of rows, then of columns
+    pairs = np.empty((2, ow), x.dtype)
     while True:
         first, last = claim(counters, 0, grain, total)
         if first >= last:
@@ -116,7 +122,7 @@ def max_pool_jobs(x: np.ndarray, out: np.ndarray, planes: int, h: int, w: int, o
                 k1 = min(kh, (h - 1 - y0) // dh + 1) if y0 < h else 0
                 count = k1 - k0
                 if count <= 0:
-                    data[:] = -np.inf
+                    data[:] = lowest
                 elif count == 1:
                     _copy(data, src[(y0 + k0 * dh) * w:], 1)
                 for i in range(1, count):  # each fold into data, or a spare line before

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from qconv_harness import integers, run_both
 
 from graphrt.devices.frozen import freeze
 from graphrt.kernels.cpu import jit
 from graphrt.kernels.cpu.integer_plan import integer_plan, pack_integer
 from graphrt.ops import get_op
-from tests.support.qconv_harness import integers, run_both
 
 pytestmark = pytest.mark.skipif(jit.integer_conv() is None or jit.direct_conv() is None,
                                 reason="the compiled kernels are off, or no AVX2")

@@ -154,6 +154,30 @@ def test_the_compiled_max_pool_gives_the_bits_of_the_separable_one(case: Any) ->
     np.testing.assert_array_equal(got, reference.astype(np.float32))
 
 
+@pytest.mark.parametrize("case", COMPILED_MAX, ids=str)
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_the_compiled_max_pool_of_8_bit_data_equals_the_reference(case: Any, dtype: str
+                                                                  ) -> None:
+    """8-bit data (a QDQ model's max pool) pools in its own dtype, the padding its lowest
+    value: the reference's window by window, on the compiled kernel."""
+    pytest.importorskip("numba")
+    shape, windows, size = case
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+    x.reshape(-1)[::7] = info.min  # the lowest value, as the padding is
+    want = np.empty((*shape[:2], *size), dtype)
+    window_reduce(np, x, want, windows, "max")
+    got = np.full_like(want, 7)
+    pooling.window_max(np, x, got, windows)
+    np.testing.assert_array_equal(got, want)
+    kernel, stride, dilation, begin = (list(v) for v in zip(*windows, strict=True))
+    reference = _reference_pool(x.astype(np.float64), want.shape, kernel, stride, dilation,
+                                begin, "max")
+    np.testing.assert_array_equal(got, reference.astype(dtype))
+    assert pooling.max_pool_call(TensorType(shape, dtype), TensorType(want.shape, dtype),
+                                 windows, dynamic=False) is not None
+
+
 def test_a_window_of_padding_only_is_minus_infinity_on_both_paths() -> None:
     pytest.importorskip("numba")
     x = RNG.standard_normal((1, 1, 2, 3)).astype(np.float32)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from qconv_harness import integers, run_both
 
 import graphrt
 from graphrt.devices.frozen import freeze
@@ -17,7 +18,6 @@ from graphrt.kernels import chain
 from graphrt.kernels.cpu.jit import direct_conv, quantized_kernels
 from graphrt.kernels.cpu.qconv import EXACT, qconv_call
 from graphrt.ops import TensorType, get_op
-from tests.support.qconv_harness import integers, run_both
 
 pytestmark = pytest.mark.skipif(direct_conv() is None or quantized_kernels() is None,
                                 reason="the compiled kernels are off")
