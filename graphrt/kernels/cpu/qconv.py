@@ -70,7 +70,7 @@ from .conv import (
     run_plan,
 )
 from .crew import run_jobs
-from .integer_plan import integer_plan, pack_integer, run_integer
+from .integer_plan import IntegerCall, integer_plan, pack_integer
 from .jit import direct_conv, integer_conv, quantized_kernels
 
 __all__ = ["EXACT", "QConvCall", "qconv_call", "span"]
@@ -209,6 +209,8 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
     integer = None if depthwise else integer_conv()
     plan = None if integer is None else integer_plan(
         x.shape, w.shape, out.shape, shape.strides, shape.dilation, shape.begin)
+    in_integers = None if integer is None or plan is None else IntegerCall(
+        integer, plan, x.dtype == "int8", int_range(out.dtype))
     workspace = (TensorType((prod(x.shape),), "float32"),
                  TensorType(whole.workspace or (0,), "float32"),
                  TensorType((sums,), "float32"),
@@ -216,23 +218,20 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
                  TensorType((0 if plan is None else plan.workspace,), "uint32"))
     n_in = len(inputs)
     low, high = (float(v) for v in int_range(out.dtype))
-    cache: dict[Any, Any] = {}
 
     def run(*arrays: Any) -> None:
         xq, xs, xz, wq, ws, wz, ys, yz = arrays[:8]
         bias = arrays[8] if n_in == 9 else None
         target, data, padded, part, acc, words = arrays[n_in:]
-        zero, reach = int(xz.reshape(-1)[0]), span(xz)
-        multiplier = np.asarray(np.divide(np.multiply(xs.reshape(()), ws), ys.reshape(())),
-                                np.float64).reshape(-1)
-        if plan is not None and integer is not None:
+        if in_integers is not None:
             packed = derived(wq, ("qlinear_conv integer", wz.tobytes(), wz.shape),
                              lambda: pack_integer(np.asarray(wq), np.asarray(wz).reshape(-1)))
             if packed is not None:
-                run_integer(integer, plan, packed, xq, zero,
-                            None if bias is None else np.asarray(bias), multiplier,
-                            int(yz.reshape(-1)[0]), target, words, cache)
+                in_integers(packed, arrays[:n_in], target, words)
                 return
+        zero, reach = int(xz.reshape(-1)[0]), span(xz)
+        multiplier = np.asarray(np.divide(np.multiply(xs.reshape(()), ws), ys.reshape(())),
+                                np.float64).reshape(-1)
         chunks = derived(wq, ("qlinear_conv", wz.tobytes(), wz.shape, reach),
                          lambda: _chunks(kernels, shape, np.asarray(wq),
                                          np.asarray(wz).reshape(-1), reach))
