@@ -9,33 +9,35 @@ The data is first copied into a padded buffer of 32-bit words, ``[N, C/4, Hp, Wp
 word holds 4 input channels of one pixel, their bytes minus nothing (8-bit unsigned; signed
 data has its top bit flipped, which adds 128 to its values and its zero point), the border
 and the channels past ``C`` filled with the zero point. The weight minus its zero points is
-packed once per loaded weight as ``[ceil(O/16), T, 16, 4]`` signed bytes (``T`` words of taps:
+packed once per loaded weight as ``[ceil(O/8), T, 8, 4]`` signed bytes (``T`` words of taps:
 4 input channels at one kernel offset). The micro-kernel (:func:`_tile`, LLVM IR emitted
-through a numba intrinsic) keeps 16 output channels x 6 output pixels in 12 int32 vectors:
-per word of taps it loads the 16 channels' 64 weight bytes (two vectors) and, per pixel,
+through a numba intrinsic) keeps 8 output channels x 8 output pixels in 8 int32 vectors:
+per word of taps it loads the 8 channels' 32 weight bytes (a vector) and, per pixel,
 broadcasts the pixel's word to every lane, then ``vpmaddubsw`` (unsigned data x signed
 weight, adjacent products added in pairs into int16) and ``vpmaddwd`` by ones (pairs added
-into int32) add 4 taps x 8 channels into each accumulator. The pair sums are exact where
-every pair of adjacent weights has ``|w0| + |w1| <= 128`` (``255 * 128`` fits int16): the
-caller checks that once per weight (ONNX Runtime's 7-bit ``reduce_range`` weights always
-have it) and runs the float kernels where it fails.
+into int32) add 4 taps x 8 channels into the pixel's accumulator. The pair sums are exact
+where every pair of adjacent weights has ``|w0| + |w1| <= 128`` (``255 * 128`` fits int16):
+the caller checks that once per weight (ONNX Runtime's 7-bit ``reduce_range`` weights
+always have it) and runs the float kernels where it fails.
 
 The stores requantize as ONNX's reference does, in float64: ``clip(rint((acc + bias) *
 multiplier + zero), low, high)``, ``bias`` per output channel with the data's zero point
 folded in (``bias - x_zero * sum(w)``: the sums include the zero point's products), into
-the NCHW 8-bit output (a byte per lane; the output's dtype only changes the bounds). A tile
+the NCHW 8-bit output: the 8 x 8 bytes transposed in registers, a channel's 8 pixels in one
+store (a tile of 16 channels x 6 pixels stored a byte at a time took 17-32% of a 1x1 or a
+stem convolution, the 8 x 8 tile 5-25%); the output's dtype only changes the bounds. A tile
 short of pixels or channels goes through a scratch tile.
 
 Example:
     >>> import numpy as np
     >>> x = np.array([1, 2, 3, 4], np.uint8)         # one 2x2 image, one channel
-    >>> geometry = np.array([1, 1, 2, 2, 2, 2, 0, 0, 1, 0, 0], np.int64)
+    >>> geometry = np.array([1, 1, 2, 2, 2, 2, 0, 0, 1, 0, 0, 1, 1], np.int64)
     >>> padded = np.empty(4, np.uint32)
-    >>> weights = np.zeros(64, np.int8)
+    >>> weights = np.zeros(32, np.int8)
     >>> weights[0] = 3                               # output channel 0: 3 * x
-    >>> pixels = np.array([0, 1, 2, 3, 3, 3], np.int64)
+    >>> pixels = np.array([0, 1, 2, 3, 3, 3, 3, 3], np.int64)
     >>> taps = np.array([0], np.int32)
-    >>> scale = np.zeros(16), np.ones(16)            # bias, multiplier
+    >>> scale = np.zeros(8), np.ones(8)              # bias, multiplier
     >>> levels = np.array([1.0, 0.0, 255.0])         # zero point, bounds
     >>> out = np.empty(4, np.uint8)
     >>> counters, bell = np.zeros(4, np.int64), np.zeros(1, np.int64)
@@ -71,18 +73,20 @@ from .kernel_parts import (
 
 __all__ = ["CHANNELS", "GEOMETRY", "PIXELS", "QUAD", "qconv_jobs"]
 
-CHANNELS = 16
-"""Output channels of one tile (two vectors of 8 int32 lanes)."""
-PIXELS = 6
-"""Output pixels of one tile: 12 accumulators, 2 weight vectors, a broadcast and a product
-in the 16 vector registers of AVX2."""
+CHANNELS = 8
+"""Output channels of one tile (a vector of 8 int32 lanes)."""
+PIXELS = 8
+"""Output pixels of one tile: 8 accumulators, a weight vector, a broadcast and a product in
+the 16 vector registers of AVX2; a channel's 8 results are 8 bytes of its plane."""
 QUAD = 4
 """Input taps (channels) of one 32-bit word of the padded data."""
 
-GEOMETRY = 11
+GEOMETRY = 13
 """Entries of the padded copy's geometry (:func:`qconv_jobs`' ``geometry``): images,
 channels, h, w, hp, wp, top, left, words of channels per job, the flip (128 for signed
-data, else 0), the fill byte (the zero point, flipped)."""
+data, else 0), the fill byte (the zero point, flipped), and the steps between the rows and
+the columns it copies (1, or a strided 1x1 convolution's strides: then top and left are 0
+and the copy holds just the pixels the windows read)."""
 
 _I8 = ir.IntType(8)
 _I16 = ir.IntType(16)
@@ -114,9 +118,8 @@ def _at(builder: Any, pointer: Any, index: Any, vector: Any) -> Any:
     return builder.bitcast(builder.gep(pointer, [index]), vector.as_pointer())
 
 
-def _tile_of(vectors: int) -> Any:
-    """The tile of ``vectors`` (2, or 1 for the last 8 channels of a weight) vectors of 8
-    output channels x 6 pixels (see :data:`_tile`)."""
+def _make_tile() -> Any:
+    """The tile of 8 output channels x 8 pixels (see :data:`_tile`)."""
 
     @intrinsic
     def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
@@ -140,55 +143,61 @@ def _tile_of(vectors: int) -> Any:
 
             def tap(t: Any, accs: list[Any]) -> list[Any]:
                 wi = builder.add(w0, builder.mul(t, c64(CHANNELS * QUAD)))
-                w = [builder.load(_at(builder, wp, builder.add(wi, c64(32 * h)), _BYTES),
-                                  align=1) for h in range(vectors)]
+                w = builder.load(_at(builder, wp, wi, _BYTES), align=1)
                 offset = builder.sext(builder.load(builder.gep(tp, [t])), ir.IntType(64))
                 new: list[Any] = []
                 for p in range(PIXELS):
                     word = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
                     data = builder.bitcast(_splat(builder, word, _INTS), _BYTES)
-                    for h in range(vectors):
-                        summed = builder.call(quads, [builder.call(pairs, [data, w[h]]), ones])
-                        new.append(builder.add(accs[vectors * p + h], summed))
+                    summed = builder.call(quads, [builder.call(pairs, [data, w]), ones])
+                    new.append(builder.add(accs[p], summed))
                 return new
 
-            accs = accumulate(builder, n_taps, [ir.Constant(_INTS, None)] * (vectors * PIXELS),
-                              tap)
+            accs = accumulate(builder, n_taps, [ir.Constant(_INTS, None)] * PIXELS, tap)
             store, spill, end = (builder.append_basic_block(f"tile.{part}")
                                  for part in ("store", "spill", "end"))
             builder.cbranch(builder.icmp_signed("!=", whole, ir.Constant(whole.type, 0)),
                             store, spill)
             builder.position_at_end(store)
             rint = _function(builder, "llvm.rint.v4f64", _D4, _D4)
+            larger = _function(builder, "llvm.maxnum.v4f64", _D4, _D4, _D4)
+            smaller = _function(builder, "llvm.minnum.v4f64", _D4, _D4, _D4)
             zero, low, high = (_splat(builder, builder.load(builder.gep(lp, [c64(i)])), _D4)
                                for i in range(3))
-            for h in range(vectors):
+            b, m = ([builder.load(_at(builder, ptr, builder.add(b0, c64(4 * part)), _D4),
+                                  align=8) for part in range(2)] for ptr in (bp, mp))
+            undef = ir.Constant(_INTS, ir.Undefined)
+            level = []
+            for p in range(PIXELS):
+                halves = []
                 for part in range(2):  # lanes 0-3, then 4-7
-                    first = 8 * h + 4 * part
-                    at = builder.add(b0, c64(first))
-                    b, m = (builder.load(_at(builder, ptr, at, _D4), align=8)
-                            for ptr in (bp, mp))
-                    for p in range(PIXELS):
-                        lanes = builder.shuffle_vector(
-                            accs[vectors * p + h], ir.Constant(_INTS, ir.Undefined),
-                            ir.Constant(_QUADS, [4 * part + i for i in range(4)]))
-                        value = builder.sitofp(lanes, _D4)
-                        value = builder.fadd(builder.fmul(builder.fadd(value, b), m), zero)
-                        value = builder.call(rint, [value])
-                        value = builder.select(builder.fcmp_ordered("<", value, low), low,
-                                               value)
-                        value = builder.select(builder.fcmp_ordered(">", value, high), high,
-                                               value)
-                        words = builder.fptosi(value, _QUADS)
-                        for lane in range(4):
-                            index = builder.add(o0, builder.add(
-                                builder.mul(plane, c64(first + lane)), c64(p)))
-                            byte = builder.trunc(builder.extract_element(
-                                words, ir.Constant(I32, lane)), _I8)
-                            builder.store(byte, builder.gep(op, [index]))
+                    lanes = builder.shuffle_vector(accs[p], undef, ir.Constant(
+                        _QUADS, [4 * part + i for i in range(4)]))
+                    value = builder.sitofp(lanes, _D4)
+                    value = builder.fadd(builder.fmul(builder.fadd(value, b[part]), m[part]),
+                                         zero)
+                    value = builder.call(rint, [value])
+                    value = builder.call(smaller, [builder.call(larger, [value, low]), high])
+                    halves.append(builder.fptosi(value, _QUADS))
+                words = builder.shuffle_vector(halves[0], halves[1],
+                                               ir.Constant(_INTS, list(range(8))))
+                level.append(builder.trunc(words, ir.VectorType(_I8, 8)))
+            while len(level) > 1:  # pixel-major bytes: 8 pixels x 8 channels
+                width = 2 * level[0].type.count
+                level = [builder.shuffle_vector(level[i], level[i + 1], ir.Constant(
+                    ir.VectorType(I32, width), list(range(width))))
+                         for i in range(0, len(level), 2)]
+            planes = builder.shuffle_vector(level[0], ir.Constant(level[0].type, ir.Undefined),
+                                            ir.Constant(ir.VectorType(I32, 64), [
+                                                p * 8 + c for c in range(8) for p in range(8)]))
+            rows = builder.bitcast(planes, ir.VectorType(ir.IntType(64), 8))
+            for c in range(CHANNELS):  # a channel's 8 pixels: 8 bytes of its plane
+                at = builder.gep(op, [builder.add(o0, builder.mul(plane, c64(c)))])
+                builder.store(builder.extract_element(rows, ir.Constant(I32, c)),
+                              builder.bitcast(at, ir.IntType(64).as_pointer()), align=1)
             builder.branch(end)
             builder.position_at_end(spill)
-            spill_tile(builder, accs, vectors, PIXELS, CHANNELS, sp)
+            spill_tile(builder, accs, 1, PIXELS, CHANNELS, sp)
             builder.branch(end)
             builder.position_at_end(end)
             return context.get_dummy_value()
@@ -198,14 +207,12 @@ def _tile_of(vectors: int) -> Any:
     return tile
 
 
-_tile = _tile_of(2)
-"""One tile: output channels ``b0 .. b0+15`` (weights from ``w0``) of pixels ``q0 .. q0+5``
+_tile = _make_tile()
+"""One tile: output channels ``b0 .. b0+7`` (weights from ``w0``) of pixels ``q0 .. q0+7``
 of the image at word ``x0``, requantized with ``bias``, ``multiplier`` (from ``b0``) and
-``levels`` (zero point, low, high) into ``out`` at ``o0`` (channel stride ``plane``) where
-``whole``; else its int32 sums into ``scratch[pixel * 16 + channel]``."""
-
-_half_tile = _tile_of(1)
-""":data:`_tile` of the first 8 channels only (a weight's last 8 or fewer channels)."""
+``levels`` (zero point, low, high) into ``out`` at ``o0`` (channel stride ``plane``: each
+channel's 8 bytes in one store) where ``whole``; else its int32 sums into
+``scratch[pixel * 8 + channel]``."""
 
 
 @numba.njit(types.void(_U8_IN, _U32, I64_IN, types.int64, types.int64), cache=True,
@@ -215,14 +222,17 @@ def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: 
     """Words of channels ``first .. last - 1`` (over the batch) of ``x`` ``[N, C, h, w]``
     into ``padded`` ``[N, C/4, hp, wp]`` from row ``top`` and column ``left``, as
     :data:`GEOMETRY` says: 4 channels of a pixel to a word (channel ``4k + i`` in byte
-    ``i``, flipped), the fill byte around them and past ``C``."""
+    ``i``, flipped), the fill byte around them and past ``C``; every ``step``-th row and
+    column of ``x``."""
     channels, h, w, hp, wp, top, left = (geometry[1], geometry[2], geometry[3], geometry[4],
                                          geometry[5], geometry[6], geometry[7])
     flip = np.uint32(geometry[9] * 0x01010101)
     fill = np.uint32(geometry[10] * 0x01010101)
+    down, across = geometry[11], geometry[12]
     words = (channels + QUAD - 1) // QUAD
     lead = min(left, wp)
-    rows, cols = max(0, min(h, hp - top)), max(0, min(w, wp - lead))
+    rows = max(0, min((h + down - 1) // down, hp - top))
+    cols = max(0, min((w + across - 1) // across, wp - lead))
     plane = h * w
     for job in range(first, last):
         n, k = divmod(job, words)
@@ -238,8 +248,9 @@ def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: 
             line[:lead] = fill
             line[lead + cols:] = fill
             body = line[lead:lead + cols]
-            at = c0 * plane + r * w
-            if present == QUAD:
+            at = c0 * plane + r * down * w
+            reach = (cols - 1) * across + 1
+            if present == QUAD and across == 1:
                 a = x[at:at + cols]
                 b = x[at + plane:at + plane + cols]
                 c = x[at + 2 * plane:at + 2 * plane + cols]
@@ -247,11 +258,21 @@ def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: 
                 for j in range(cols):
                     body[j] = (np.uint32(a[j]) | (np.uint32(b[j]) << 8)
                                | (np.uint32(c[j]) << 16) | (np.uint32(d[j]) << 24)) ^ flip
+            elif present == QUAD:
+                a = x[at:at + reach]
+                b = x[at + plane:at + plane + reach]
+                c = x[at + 2 * plane:at + 2 * plane + reach]
+                d = x[at + 3 * plane:at + 3 * plane + reach]
+                for j in range(cols):
+                    k_ = j * across
+                    body[j] = (np.uint32(a[k_]) | (np.uint32(b[k_]) << 8)
+                               | (np.uint32(c[k_]) << 16) | (np.uint32(d[k_]) << 24)) ^ flip
             else:
                 for j in range(cols):
                     value = fill
                     for i_ in range(present):
-                        byte = np.uint32(x[at + i_ * plane + j]) ^ (flip & np.uint32(0xFF))
+                        byte = np.uint32(x[at + i_ * plane + j * across]) ^ (
+                            flip & np.uint32(0xFF))
                         shift = np.uint32(8 * i_)
                         value = (value & ~(np.uint32(0xFF) << shift)) | (byte << shift)
                     body[j] = value
@@ -279,7 +300,7 @@ def _from_scratch(out: np.ndarray, o0: int, plane: int, scratch: np.ndarray, cha
                   pixels: int, bias: np.ndarray, multiplier: np.ndarray, b0: int,
                   levels: np.ndarray) -> None:
     """The ``channels`` x ``pixels`` sums of a tile short of either (``scratch``, pixel-
-    major, 16 channels a pixel), requantized into ``out`` from ``o0``."""
+    major, 8 channels a pixel), requantized into ``out`` from ``o0``."""
     zero, low, high = levels[0], levels[1], levels[2]
     for c in range(channels):
         b, m = bias[b0 + c], multiplier[b0 + c]
@@ -303,10 +324,10 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
 
     The threads first copy ``data`` into ``padded`` together (phase 1, :data:`GEOMETRY`),
     then run the tiles (phase 0), numbered as :func:`graphrt.kernels.cpu.direct_conv.
-    conv_jobs` numbers its own: image-major, by strip of ``strip`` tiles, by block of 16
+    conv_jobs` numbers its own: image-major, by strip of ``strip`` tiles, by block of 8
     output channels, along the strip. ``image``: words per padded image; ``pixels``: per
     output pixel (padded to whole tiles) its window's word in an image; ``taps``: per word
-    of taps its offset from the window's; ``weights``: ``[ceil(O/16), T, 16, 4]``;
+    of taps its offset from the window's; ``weights``: ``[ceil(O/8), T, 8, 4]``;
     ``bias`` and ``multiplier``: per output channel (whole blocks); ``levels``: the output's
     zero point, low and high bounds; ``out``: ``[N, channels, length]`` bytes."""
     if caller:
@@ -329,14 +350,9 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
             o0 = (img * channels + block * CHANNELS) * length + q0
             b0 = block * CHANNELS
             w0 = block * n_taps * CHANNELS * QUAD
-            if kept <= 8:
-                whole = count == PIXELS and kept == 8
-                _half_tile(weights, w0, padded, img * image, pixels, q0, taps, bias,
-                           multiplier, b0, levels, out, o0, length, scratch, whole)
-            else:
-                whole = count == PIXELS and kept == CHANNELS
-                _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier,
-                      b0, levels, out, o0, length, scratch, whole)
+            whole = count == PIXELS and kept == CHANNELS
+            _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier, b0,
+                  levels, out, o0, length, scratch, whole)
             if not whole:
                 _from_scratch(out, o0, length, scratch, kept, count, bias, multiplier, b0,
                               levels)

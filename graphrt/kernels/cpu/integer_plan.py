@@ -4,7 +4,7 @@ weight packed for it, and the call that runs it over the cores
 
 A 2-D ``qlinear_conv`` of one group runs in int32 where its weight allows
 (:func:`pack_integer`): the threads of the call copy the 8-bit data into a padded buffer of
-32-bit words (4 input channels of a pixel to a word), the tiles of 16 output channels x 6
+32-bit words (4 input channels of a pixel to a word), the tiles of 8 output channels x 8
 pixels sum their taps 4 at a time with AVX2's integer multiply-adds, and requantize into
 the 8-bit output as they store. Where the weight does not allow it, or the CPU has no AVX2,
 :mod:`graphrt.kernels.cpu.qconv` runs the float kernels instead.
@@ -13,7 +13,7 @@ Example:
     >>> plan = integer_plan((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 8, 8), (1, 1), (1, 1),
     ...                     (1, 1))
     >>> plan.workspace, plan.length, plan.jobs, len(plan.taps)  # 10x10 words; 9 words of taps
-    (100, 64, 11, 9)
+    (100, 64, 16, 9)
     >>> weight = np.ones((16, 3, 3, 3), np.int8)
     >>> packed = pack_integer(weight, np.zeros(16, np.int8))
     >>> packed.weights.shape, packed.sums[:2].tolist()   # 16 channels x 9 words x 4 bytes
@@ -35,7 +35,7 @@ from .crew import run_jobs
 
 __all__ = ["IntegerCall", "IntegerPlan", "IntegerWeight", "integer_plan", "pack_integer"]
 
-_CHANNELS, _PIXELS, _QUAD = 16, 6, 4  # as integer_conv's (not imported: that needs numba)
+_CHANNELS, _PIXELS, _QUAD = 8, 8, 4  # as integer_conv's (not imported: that needs numba)
 
 _MIN_WORK = 4_000
 """Tile-words (384 multiply-adds, about 4 float tile-taps) below which a call runs on the
@@ -56,12 +56,13 @@ class IntegerPlan:
         workspace: 32-bit words of the padded copy ``[N, C/4, Hp, Wp]``.
         image: words per padded image.
         length: output pixels per image.
-        jobs: tiles (16 output channels x 6 pixels) over the batch.
+        jobs: tiles (8 output channels x 8 pixels) over the batch.
         grain: tiles a thread claims at a time.
         strip: tiles along the output every block of channels runs over before the next.
         parallel: worth running on every core.
         geometry: the padded copy's, as the kernel takes it
-            (:data:`graphrt.kernels.cpu.integer_conv.GEOMETRY`), flip and fill zero.
+            (:data:`graphrt.kernels.cpu.integer_conv.GEOMETRY`), flip and fill zero; a 1x1
+            convolution without begin pads copies every stride-th pixel alone.
         pixels: per output pixel (padded to whole tiles), its window's word in an image.
         taps: per word of taps (4 input channels, then kernel row and column), its offset
             from a window's word.
@@ -88,6 +89,9 @@ def integer_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     begin pads."""
     (n, c, h, width), (o, _, kh, kw), (oh, ow) = x, w, out[2:]
     (sh, sw), (dh, dw), (top, left) = strides, dilation, begin
+    sampled = kh == kw == 1 and top == left == 0  # the copy takes every stride-th pixel
+    steps = (sh, sw) if sampled else (1, 1)
+    (sh, sw) = (1, 1) if sampled else (sh, sw)
     hp = (oh - 1) * sh + (kh - 1) * dh + 1  # the rows and columns the windows read
     wp = (ow - 1) * sw + (kw - 1) * dw + 1
     words = -(-c // _QUAD)
@@ -100,7 +104,7 @@ def integer_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
                                               indexing="ij"))
     taps = (k * hp * wp + i * dh * wp + j * dw).astype(np.int32)
     geometry = np.array([n, c, h, width, hp, wp, top, left,
-                         max(1, _COPY_JOB // (hp * wp)), 0, 0], np.int64)
+                         max(1, _COPY_JOB // (hp * wp)), 0, 0, *steps], np.int64)
     jobs = n * -(-o // _CHANNELS) * tiles
     strip = strip_tiles(_QUAD * words * wp, hp, (kh - 1) * dh, sh, ow, tiles)
     for array in (geometry, pixels, taps):
@@ -112,7 +116,7 @@ def integer_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
 
 @dataclass(frozen=True)
 class IntegerWeight:
-    """A weight packed for the integer kernel: ``weights`` ``[ceil(O/16), T, 16, 4]`` signed
+    """A weight packed for the integer kernel: ``weights`` ``[ceil(O/8), T, 8, 4]`` signed
     bytes (the weight minus its zero points; zeros past ``O`` and ``C``), flattened, and
     ``sums`` per output channel (int64: what the data's zero point is multiplied by)."""
 
@@ -179,7 +183,7 @@ class IntegerCall:
                                 np.float64).reshape(-1)
         zero = int(xz.reshape(-1)[0]) + (128 if self.signed else 0)
         geometry = self.plan.geometry.copy()
-        geometry[9:] = (128 if self.signed else 0, zero)
+        geometry[9:11] = (128 if self.signed else 0, zero)
         summed, scales = _scale(packed, bias, zero, multiplier)
         levels = np.array([int(yz.reshape(-1)[0]), *self.bounds], np.float64)
         return geometry, summed, scales, levels

@@ -117,12 +117,12 @@ def test_pack_integer_declines_values_past_int8() -> None:
 
 
 def test_pack_integer_orders_words_of_four_channels() -> None:
-    """``[O/16, taps, 16, 4]``: the 4 bytes of a word are 4 input channels at one kernel
+    """``[O/8, taps, 8, 4]``: the 4 bytes of a word are 4 input channels at one kernel
     offset; channels past C and output channels past O are zeros."""
     weight = np.arange(2 * 5 * 1 * 2, dtype=np.int8).reshape(2, 5, 1, 2)
     packed = pack_integer(weight, np.zeros(2, np.int8))
     assert packed is not None
-    words = packed.weights.reshape(1, 4, 16, 4)  # 2 words of channels x 2 kernel columns
+    words = packed.weights.reshape(1, 4, 8, 4)  # 2 words of channels x 2 kernel columns
     np.testing.assert_array_equal(words[0, 0, 0], weight[0, 0:4, 0, 0])
     np.testing.assert_array_equal(words[0, 1, 1], weight[1, 0:4, 0, 1])
     np.testing.assert_array_equal(words[0, 2, 0], [weight[0, 4, 0, 0], 0, 0, 0])
