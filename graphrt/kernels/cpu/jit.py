@@ -121,7 +121,9 @@ def integer_conv() -> ModuleType | None:
     what = "quantized convolutions on cpu take the float kernels"
     if _AVX2.get("ok") is None:
         numba = load_numba(lambda reason: None)
-        _AVX2["ok"] = numba is not None and _compiles_avx2(numba)
+        if numba is None:  # switched off or missing: said once, as for every module
+            return _compiled("integer_conv", what)
+        _AVX2["ok"] = _compiles_avx2(numba)
     if not _AVX2["ok"]:
         line = f"graphrt: {what}: numba does not compile for AVX2 here"
         if line not in _LOGGED:

@@ -151,3 +151,13 @@ def test_avx2_is_what_numba_compiles_for(monkeypatch: pytest.MonkeyPatch, name: 
     monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: {"avx2": host})
     fake = SimpleNamespace(config=SimpleNamespace(CPU_NAME=name, CPU_FEATURES=features))
     assert jit._compiles_avx2(fake) is expected
+
+
+def test_switched_off_with_the_other_compiled_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GRAPHRT_JIT=0`` turns the integer kernel off too (its convolutions take the float
+    path's numpy fallback), without asking which CPU numba compiles for."""
+    monkeypatch.setenv("GRAPHRT_JIT", "0")
+    monkeypatch.setattr(jit, "_AVX2", {})
+    monkeypatch.setattr(jit, "_compiles_avx2", lambda numba: pytest.fail("asked for AVX2"))
+    assert jit.integer_conv() is None
+    assert jit._AVX2 == {}
