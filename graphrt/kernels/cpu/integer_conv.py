@@ -41,8 +41,9 @@ Example:
     >>> levels = np.array([1.0, 0.0, 255.0])         # zero point, bounds
     >>> out = np.empty(4, np.uint8)
     >>> counters, bell = np.zeros(4, np.int64), np.zeros(1, np.int64)
+    >>> no_sums = np.empty(0, np.int32)              # requantized into out
     >>> qconv_jobs(x, geometry, padded, 4, pixels, 4, taps, weights, *scale, levels, out,
-    ...            1, 1, counters, 1, bell, True, 0, 0)
+    ...            no_sums, 1, 1, counters, 1, bell, True, 0, 0)
     True
     >>> out.tolist()
     [4, 7, 10, 13]
@@ -69,6 +70,7 @@ from .kernel_parts import (
     next_tile,
     spill_tile,
     tile_at,
+    transpose,
 )
 
 __all__ = ["CHANNELS", "GEOMETRY", "PIXELS", "QUAD", "qconv_jobs"]
@@ -123,16 +125,18 @@ def _make_tile() -> Any:
 
     @intrinsic
     def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
-             taps: Any, bias: Any, multiplier: Any, b0: Any, levels: Any, out: Any, o0: Any,
-             plane: Any, scratch: Any, whole: Any) -> Any:
+             taps: Any, bias: Any, multiplier: Any, b0: Any, levels: Any, out: Any,
+             sums: Any, o0: Any, plane: Any, scratch: Any, whole: Any) -> Any:
         sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, multiplier, b0, levels,
-                         out, o0, plane, scratch, whole)
+                         out, sums, o0, plane, scratch, whole)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            wp, xp, pp, tp, bp, mp, lp, op, sp = (
+            wp, xp, pp, tp, bp, mp, lp, op, rp, sp = (
                 array_data(context, builder, signature, args, i).data
-                for i in (0, 2, 4, 6, 7, 8, 10, 11, 14))
-            w0, x0, q0, b0, o0, plane, whole = (args[i] for i in (1, 3, 5, 9, 12, 13, 15))
+                for i in (0, 2, 4, 6, 7, 8, 10, 11, 12, 15))
+            w0, x0, q0, b0, o0, plane, whole = (args[i] for i in (1, 3, 5, 9, 13, 14, 16))
+            raw = builder.icmp_signed("!=", builder.extract_value(
+                array_data(context, builder, signature, args, 12).shape, 0), c64(0))
             n_taps = builder.extract_value(
                 array_data(context, builder, signature, args, 6).shape, 0)
             pairs = _function(builder, "llvm.x86.avx2.pmadd.ub.sw", _SHORTS, _BYTES, _BYTES)
@@ -154,10 +158,24 @@ def _make_tile() -> Any:
                 return new
 
             accs = accumulate(builder, n_taps, [ir.Constant(_INTS, None)] * PIXELS, tap)
-            store, spill, end = (builder.append_basic_block(f"tile.{part}")
-                                 for part in ("store", "spill", "end"))
+            stored, spill, end, summed, store = (
+                builder.append_basic_block(f"tile.{part}")
+                for part in ("stored", "spill", "end", "sums", "store"))
             builder.cbranch(builder.icmp_signed("!=", whole, ir.Constant(whole.type, 0)),
-                            store, spill)
+                            stored, spill)
+            builder.position_at_end(stored)
+            builder.cbranch(raw, summed, store)
+            builder.position_at_end(summed)  # int32 sums plus the integer bias, NCHW
+            shift = [builder.fptosi(builder.load(
+                _at(builder, bp, builder.add(b0, c64(4 * part)), _D4), align=8), _QUADS)
+                for part in range(2)]
+            offset = builder.shuffle_vector(shift[0], shift[1],
+                                            ir.Constant(_INTS, list(range(8))))
+            columns = transpose(builder, [builder.add(acc, offset) for acc in accs])
+            for c in range(CHANNELS):  # a channel's 8 pixels: 32 bytes of its plane
+                at = builder.gep(rp, [builder.add(o0, builder.mul(plane, c64(c)))])
+                builder.store(columns[c], builder.bitcast(at, _INTS.as_pointer()), align=4)
+            builder.branch(end)
             builder.position_at_end(store)
             rint = _function(builder, "llvm.rint.v4f64", _D4, _D4)
             larger = _function(builder, "llvm.maxnum.v4f64", _D4, _D4, _D4)
@@ -296,27 +314,31 @@ def _interleave_phase(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def _from_scratch(out: np.ndarray, o0: int, plane: int, scratch: np.ndarray, channels: int,
-                  pixels: int, bias: np.ndarray, multiplier: np.ndarray, b0: int,
-                  levels: np.ndarray) -> None:
+def _from_scratch(out: np.ndarray, sums: np.ndarray, o0: int, plane: int,
+                  scratch: np.ndarray, channels: int, pixels: int, bias: np.ndarray,
+                  multiplier: np.ndarray, b0: int, levels: np.ndarray) -> None:
     """The ``channels`` x ``pixels`` sums of a tile short of either (``scratch``, pixel-
-    major, 8 channels a pixel), requantized into ``out`` from ``o0``."""
+    major, 8 channels a pixel), requantized into ``out`` from ``o0``, or plus the bias into
+    ``sums`` where it is given."""
     zero, low, high = levels[0], levels[1], levels[2]
     for c in range(channels):
         b, m = bias[b0 + c], multiplier[b0 + c]
         for p in range(pixels):
+            if sums.shape[0]:
+                sums[o0 + c * plane + p] = scratch[p * CHANNELS + c] + np.int32(b)
+                continue
             value = np.rint((np.float64(scratch[p * CHANNELS + c]) + b) * m + zero)
             out[o0 + c * plane + p] = np.uint8(np.int32(min(max(value, low), high)) & 0xFF)
 
 
 @numba.njit(types.boolean(_U8_IN, I64_IN, _U32, types.int64, I64_IN, types.int64,
                           flat(types.int32, True), flat(types.int8, True), _F64_IN, _F64_IN,
-                          _F64_IN, _U8, types.int64, types.int64, *JOBS), cache=True,
-            nogil=True)
+                          _F64_IN, _U8, flat(types.int32), types.int64, types.int64,
+                          *JOBS), cache=True, nogil=True)
 def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image: int,
                pixels: np.ndarray, length: int, taps: np.ndarray, weights: np.ndarray,
                bias: np.ndarray, multiplier: np.ndarray, levels: np.ndarray, out: np.ndarray,
-               channels: int, strip: int, counters: np.ndarray, grain: int,
+               sums: np.ndarray, channels: int, strip: int, counters: np.ndarray, grain: int,
                bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
     """A job function (:mod:`~graphrt.kernels.cpu.job_protocol`; ``counters`` has 2
     phases): the quantized convolution of ``data`` (8-bit, as bytes), on the calling thread
@@ -329,7 +351,9 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
     output pixel (padded to whole tiles) its window's word in an image; ``taps``: per word
     of taps its offset from the window's; ``weights``: ``[ceil(O/8), T, 8, 4]``;
     ``bias`` and ``multiplier``: per output channel (whole blocks); ``levels``: the output's
-    zero point, low and high bounds; ``out``: ``[N, channels, length]`` bytes."""
+    zero point, low and high bounds; ``out``: ``[N, channels, length]`` bytes. Where
+    ``sums`` (``[N, channels, length]`` int32) is not empty, the int32 sums plus the bias
+    (an integer) go there instead, not requantized (``conv_integer``)."""
     if caller:
         ring(bell)
     _interleave_phase(data, padded, geometry, counters)
@@ -352,10 +376,10 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
             w0 = block * n_taps * CHANNELS * QUAD
             whole = count == PIXELS and kept == CHANNELS
             _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier, b0,
-                  levels, out, o0, length, scratch, whole)
+                  levels, out, sums, o0, length, scratch, whole)
             if not whole:
-                _from_scratch(out, o0, length, scratch, kept, count, bias, multiplier, b0,
-                              levels)
+                _from_scratch(out, sums, o0, length, scratch, kept, count, bias, multiplier,
+                              b0, levels)
             img, band, block, tile, width = next_tile(img, band, block, tile, width, tiles,
                                                       blocks, strip)
         done(counters, 0, last - first)

@@ -4,10 +4,12 @@
   depthwise one (a group per channel), with its ``+ residual`` / relu / clip epilogue, on
   NCHW or blocked ``NCHW8c`` data and outputs (:mod:`graphrt.kernels.cpu.conv`).
 - ``qlinear_conv``: the quantized convolution (2-D, one group or depthwise, static shapes) on
-  the float32 direct kernels, exact (:mod:`graphrt.kernels.cpu.qconv`); ``qlinear_matmul``
+  the integer AVX2 kernel where its weight allows, else on the float32 direct kernels, exact
+  either way (:mod:`graphrt.kernels.cpu.qconv`); ``conv_integer`` (2-D, one group) on the
+  integer kernel too; ``qlinear_matmul``
   (2-D and batched operands, per-tensor ``a``) as one exact float32 BLAS product
   (:mod:`graphrt.kernels.cpu.qmatmul`).
-- ``max_pool``, ``max_pool2d``: the compiled max pool (float32, 2-D windows, no indices;
+- ``max_pool``, ``max_pool2d``: the compiled max pool (float32 or 8-bit, 2-D windows, no indices;
   :mod:`graphrt.kernels.cpu.pool`); ``global_avg_pool2d``: one compiled sum per plane
   (float32, static shapes).
 - ``softmax``, ``layer_norm``: one compiled pass per row over the last axis (float32 and
@@ -64,7 +66,7 @@ from .dense import dense_call
 from .jit import direct_conv, rows_call
 from .loops import fused_runs
 from .pool import max_pool_call, mean_pool_call
-from .qconv import qconv_call
+from .qconv import conv_integer_call, qconv_call
 from .qmatmul import qmatmul_call
 
 __all__ = ["MAX_DIRECT_PIXELS", "SMALL_GEMM", "CpuProvider"]
@@ -80,7 +82,7 @@ plan keeps an offset per output pixel (8 bytes each, made at create())."""
 _CONVS = frozenset({"conv", "conv2d"})
 _GEMMS = frozenset({"dense", "matmul", "batch_matmul"})
 _OPS = _CONVS | _GEMMS | {"max_pool", "max_pool2d", "global_avg_pool2d", "softmax",
-                          "layer_norm", "qlinear_conv", "qlinear_matmul"}
+                          "layer_norm", "qlinear_conv", "qlinear_matmul", "conv_integer"}
 
 
 class CpuProvider:
@@ -122,8 +124,9 @@ class CpuProvider:
             return None  # channels last (a cuda conversion's): the reference
         if name in _CONVS:
             return self._conv(op, attrs, inputs, outputs[0], epilogue, dynamic, xp)
-        if name == "qlinear_conv":
-            quantized = None if dynamic or epilogue else qconv_call(
+        if name in ("qlinear_conv", "conv_integer"):
+            make = qconv_call if name == "qlinear_conv" else conv_integer_call
+            quantized = None if dynamic or epilogue else make(
                 attrs, inputs, outputs[0], op.positional(xp, attrs, len(inputs)))
             if quantized is None:
                 return None

@@ -73,7 +73,7 @@ from .crew import run_jobs
 from .integer_plan import IntegerCall, integer_plan, pack_integer
 from .jit import direct_conv, integer_conv, quantized_kernels
 
-__all__ = ["EXACT", "QConvCall", "qconv_call", "span"]
+__all__ = ["EXACT", "QConvCall", "conv_integer_call", "qconv_call", "span"]
 
 EXACT = 1 << 24
 """Integers float32 holds exactly: a bound on every partial sum of one chunk."""
@@ -248,6 +248,45 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
             np.zeros(2, np.int64), _grain(summed.size // length)))
 
     return QConvCall(run, workspace)
+
+
+def conv_integer_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
+                      reference: Callable[..., None]) -> QConvCall | None:
+    """``conv_integer`` (``x, w, x_zero, w_zero`` into int32 sums) on the integer kernel at
+    these static types, or None where it does not apply: no AVX2 kernel, not 2-D, grouped,
+    an empty output. ``reference`` (the op's own kernel) runs the calls whose weights the
+    kernel declines (:func:`~graphrt.kernels.cpu.integer_plan.pack_integer`).
+
+    Example:
+        >>> from graphrt.ops import get_op
+        >>> op = get_op("conv_integer")
+        >>> types = [TensorType((1, 8, 6, 6), "uint8"), TensorType((16, 8, 3, 3), "int8"),
+        ...          TensorType((), "uint8"), TensorType((), "int8")]
+        >>> out = TensorType((1, 16, 4, 4), "int32")
+        >>> call = conv_integer_call(op.attrs(), types, out, op.positional(np, op.attrs(), 4))
+        >>> call is None or [t.dtype for t in call.workspace]
+        ['uint32']
+    """
+    integer = integer_conv()
+    x, w = inputs[0], inputs[1]
+    if integer is None or len(x.shape) != 4 or attrs.groups != 1 or 0 in out.shape:
+        return None
+    plan = integer_plan(x.shape, w.shape, out.shape,
+                        tuple(per_axis(attrs.strides, 2, 1, "strides")),
+                        tuple(per_axis(attrs.dilation, 2, 1, "dilation")),
+                        tuple(per_axis(attrs.padding, 4, 0, "padding"))[:2])
+    in_integers = IntegerCall(integer, plan, x.dtype == "int8", (0, 0), sums=True)
+
+    def run(*arrays: Any) -> None:
+        xq, wq, xz, wz, target, words = arrays
+        packed = derived(wq, ("qlinear_conv integer", wz.tobytes(), wz.shape),
+                         lambda: pack_integer(np.asarray(wq), np.asarray(wz).reshape(-1)))
+        if packed is None:
+            reference(xq, wq, xz, wz, target)
+        else:
+            in_integers(packed, (xq, wq, xz, wz), target, words)
+
+    return QConvCall(run, (TensorType((plan.workspace,), "uint32"),))
 
 
 _empty_bias = np.zeros(0, np.int32)

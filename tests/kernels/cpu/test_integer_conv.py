@@ -15,9 +15,11 @@ import pytest
 from qconv_harness import integers, run_both
 
 from graphrt.devices.frozen import freeze
+from graphrt.kernels import chain
 from graphrt.kernels.cpu import jit
 from graphrt.kernels.cpu.integer_plan import integer_plan, pack_integer
-from graphrt.ops import get_op
+from graphrt.kernels.cpu.qconv import conv_integer_call
+from graphrt.ops import TensorType, get_op
 
 pytestmark = pytest.mark.skipif(jit.integer_conv() is None or jit.direct_conv() is None,
                                 reason="the compiled kernels are off, or no AVX2")
@@ -161,3 +163,68 @@ def test_switched_off_with_the_other_compiled_kernels(monkeypatch: pytest.Monkey
     monkeypatch.setattr(jit, "_compiles_avx2", lambda numba: pytest.fail("asked for AVX2"))
     assert jit.integer_conv() is None
     assert jit._AVX2 == {}
+
+
+CONV_INTEGER = [
+    ((2, 8, 9, 9), (16, 8, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ((1, 3, 23, 23), (20, 3, 7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),  # a stem, a spilled block
+    ((1, 16, 9, 9), (40, 16, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("geometry", CONV_INTEGER, ids=lambda g: "x".join(map(str, g[0])))
+@pytest.mark.parametrize(("x_dtype", "w_dtype"), [(np.uint8, np.int8), (np.int8, np.uint8)])
+def test_conv_integer_sums_equal_the_reference(geometry: Any, x_dtype: Any, w_dtype: Any
+                                               ) -> None:
+    """``conv_integer`` (ONNX's ``ConvInteger``) stores the int32 sums themselves: the same
+    kernel, its data's zero point folded in as an integer bias."""
+    x_shape, w_shape, strides, dilation, pads = geometry
+    rng = np.random.default_rng(abs(hash((x_shape, x_dtype))) % 2**32)
+    op = get_op("conv_integer")
+    weight, zero = _seven_bit(w_shape, w_dtype, rng)
+    freeze(weight)
+    for w_zero in (np.array(zero, w_dtype), (zero + rng.integers(-2, 3, w_shape[0])).astype(
+            w_dtype)):
+        inputs = [integers(x_dtype, x_shape, rng), weight,
+                  np.array(rng.integers(0, 9), x_dtype), w_zero]
+        attrs = op.attrs(strides=list(strides), dilation=list(dilation), padding=list(pads))
+        types = [TensorType(a.shape, str(a.dtype)) for a in inputs]
+        (out,) = op.infer(types, attrs, [None] * len(types))
+        reference = op.positional(np, attrs, 4)
+        want = np.empty(out.shape, np.int32)
+        reference(*inputs, want)
+        call = conv_integer_call(attrs, types, out, reference)
+        assert call is not None
+        (words,) = (np.full(t.shape, 3, t.dtype) for t in call.workspace)
+        got = np.full(out.shape, 7, np.int32)
+        call.run(*inputs, got, words)
+        np.testing.assert_array_equal(got, want)
+        assert (words != 3).any()  # the integer kernel's copy: it ran
+
+
+def test_conv_integer_of_full_range_weights_takes_the_reference() -> None:
+    rng = np.random.default_rng(9)
+    op = get_op("conv_integer")
+    inputs = [integers(np.uint8, (1, 4, 6, 6), rng), np.full((8, 4, 3, 3), -128, np.int8),
+              np.array(3, np.uint8), np.array(0, np.int8)]
+    types = [TensorType(a.shape, str(a.dtype)) for a in inputs]
+    (out,) = op.infer(types, op.attrs(), [None] * len(types))
+    want = np.empty(out.shape, np.int32)
+    op.positional(np, op.attrs(), 4)(*inputs, want)
+    call = conv_integer_call(op.attrs(), types, out, op.positional(np, op.attrs(), 4))
+    assert call is not None
+    (words,) = (np.full(t.shape, 3, t.dtype) for t in call.workspace)
+    got = np.empty(out.shape, np.int32)
+    call.run(*inputs, got, words)
+    np.testing.assert_array_equal(got, want)
+    assert (words == 3).all()
+
+
+def test_the_cpu_provider_runs_conv_integer_and_sim_the_reference() -> None:
+    op = get_op("conv_integer")
+    types = [TensorType((1, 8, 6, 6), "uint8"), TensorType((16, 8, 3, 3), "int8"),
+             TensorType((), "uint8"), TensorType((), "int8")]
+    out = op.infer(types, op.attrs(), [None] * 4)
+    prepared = chain("cpu", np).prepare(op, op.attrs(), types, out)
+    assert prepared is not None and prepared.provider == "cpu"
+    assert chain("sim", np).prepare(op, op.attrs(), types, out).provider != "cpu"
