@@ -120,117 +120,120 @@ def _at(builder: Any, pointer: Any, index: Any, vector: Any) -> Any:
     return builder.bitcast(builder.gep(pointer, [index]), vector.as_pointer())
 
 
-def _make_tile() -> Any:
-    """The tile of 8 output channels x 8 pixels (see :data:`_tile`)."""
+def _store_sums(builder: Any, accs: list[Any], bias: Any, b0: Any, sums: Any, o0: Any,
+                plane: Any) -> None:
+    """The tile's int32 sums plus the bias (``bias[b0 ..]``, float64 holding integers) into
+    ``sums`` from ``o0``: an 8 x 8 transpose, a channel's 8 pixels in one 32-byte store."""
+    shift = [builder.fptosi(builder.load(
+        _at(builder, bias, builder.add(b0, c64(4 * part)), _D4), align=8), _QUADS)
+        for part in range(2)]
+    offset = builder.shuffle_vector(shift[0], shift[1], ir.Constant(_INTS, list(range(8))))
+    columns = transpose(builder, [builder.add(acc, offset) for acc in accs])
+    for c in range(CHANNELS):
+        at = builder.gep(sums, [builder.add(o0, builder.mul(plane, c64(c)))])
+        builder.store(columns[c], builder.bitcast(at, _INTS.as_pointer()), align=4)
 
-    @intrinsic
-    def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
-             taps: Any, bias: Any, multiplier: Any, b0: Any, levels: Any, out: Any,
-             sums: Any, o0: Any, plane: Any, scratch: Any, whole: Any) -> Any:
-        sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, multiplier, b0, levels,
-                         out, sums, o0, plane, scratch, whole)
 
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            wp, xp, pp, tp, bp, mp, lp, op, rp, sp = (
-                array_data(context, builder, signature, args, i).data
-                for i in (0, 2, 4, 6, 7, 8, 10, 11, 12, 15))
-            w0, x0, q0, b0, o0, plane, whole = (args[i] for i in (1, 3, 5, 9, 13, 14, 16))
-            raw = builder.icmp_signed("!=", builder.extract_value(
-                array_data(context, builder, signature, args, 12).shape, 0), c64(0))
-            n_taps = builder.extract_value(
-                array_data(context, builder, signature, args, 6).shape, 0)
-            pairs = _function(builder, "llvm.x86.avx2.pmadd.ub.sw", _SHORTS, _BYTES, _BYTES)
-            quads = _function(builder, "llvm.x86.avx2.pmadd.wd", _INTS, _SHORTS, _SHORTS)
-            ones = ir.Constant(_SHORTS, [1] * 16)
-            bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
-                     for p in range(PIXELS)]
+def _store_requantized(builder: Any, accs: list[Any], bias: Any, multiplier: Any, b0: Any,
+                       levels: Any, out: Any, o0: Any, plane: Any) -> None:
+    """The tile's sums requantized into the bytes of ``out`` from ``o0``: per 4 lanes in
+    float64, ``clip(rint((acc + bias) * multiplier + zero), low, high)`` (``levels``: zero,
+    low, high), then the 8 x 8 bytes transposed, a channel's 8 pixels in one store."""
+    rint = _function(builder, "llvm.rint.v4f64", _D4, _D4)
+    larger = _function(builder, "llvm.maxnum.v4f64", _D4, _D4, _D4)
+    smaller = _function(builder, "llvm.minnum.v4f64", _D4, _D4, _D4)
+    zero, low, high = (_splat(builder, builder.load(builder.gep(levels, [c64(i)])), _D4)
+                       for i in range(3))
+    b, m = ([builder.load(_at(builder, ptr, builder.add(b0, c64(4 * part)), _D4), align=8)
+             for part in range(2)] for ptr in (bias, multiplier))
+    undef = ir.Constant(_INTS, ir.Undefined)
+    level = []
+    for acc in accs:  # a pixel's 8 channels
+        halves = []
+        for part in range(2):  # lanes 0-3, then 4-7
+            lanes = builder.shuffle_vector(acc, undef, ir.Constant(
+                _QUADS, [4 * part + i for i in range(4)]))
+            value = builder.sitofp(lanes, _D4)
+            value = builder.fadd(builder.fmul(builder.fadd(value, b[part]), m[part]), zero)
+            value = builder.call(rint, [value])
+            value = builder.call(smaller, [builder.call(larger, [value, low]), high])
+            halves.append(builder.fptosi(value, _QUADS))
+        words = builder.shuffle_vector(halves[0], halves[1], ir.Constant(_INTS, list(range(8))))
+        level.append(builder.trunc(words, ir.VectorType(_I8, 8)))
+    while len(level) > 1:  # pixel-major bytes: 8 pixels x 8 channels
+        width = 2 * level[0].type.count
+        level = [builder.shuffle_vector(level[i], level[i + 1], ir.Constant(
+            ir.VectorType(I32, width), list(range(width)))) for i in range(0, len(level), 2)]
+    planes = builder.shuffle_vector(level[0], ir.Constant(level[0].type, ir.Undefined),
+                                    ir.Constant(ir.VectorType(I32, 64), [
+                                        p * 8 + c for c in range(8) for p in range(PIXELS)]))
+    rows = builder.bitcast(planes, ir.VectorType(ir.IntType(64), 8))
+    for c in range(CHANNELS):
+        at = builder.gep(out, [builder.add(o0, builder.mul(plane, c64(c)))])
+        builder.store(builder.extract_element(rows, ir.Constant(I32, c)),
+                      builder.bitcast(at, ir.IntType(64).as_pointer()), align=1)
 
-            def tap(t: Any, accs: list[Any]) -> list[Any]:
-                wi = builder.add(w0, builder.mul(t, c64(CHANNELS * QUAD)))
-                w = builder.load(_at(builder, wp, wi, _BYTES), align=1)
-                offset = builder.sext(builder.load(builder.gep(tp, [t])), ir.IntType(64))
-                new: list[Any] = []
-                for p in range(PIXELS):
-                    word = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
-                    data = builder.bitcast(_splat(builder, word, _INTS), _BYTES)
-                    summed = builder.call(quads, [builder.call(pairs, [data, w]), ones])
-                    new.append(builder.add(accs[p], summed))
-                return new
 
-            accs = accumulate(builder, n_taps, [ir.Constant(_INTS, None)] * PIXELS, tap)
-            stored, spill, end, summed, store = (
-                builder.append_basic_block(f"tile.{part}")
-                for part in ("stored", "spill", "end", "sums", "store"))
-            builder.cbranch(builder.icmp_signed("!=", whole, ir.Constant(whole.type, 0)),
-                            stored, spill)
-            builder.position_at_end(stored)
-            builder.cbranch(raw, summed, store)
-            builder.position_at_end(summed)  # int32 sums plus the integer bias, NCHW
-            shift = [builder.fptosi(builder.load(
-                _at(builder, bp, builder.add(b0, c64(4 * part)), _D4), align=8), _QUADS)
-                for part in range(2)]
-            offset = builder.shuffle_vector(shift[0], shift[1],
-                                            ir.Constant(_INTS, list(range(8))))
-            columns = transpose(builder, [builder.add(acc, offset) for acc in accs])
-            for c in range(CHANNELS):  # a channel's 8 pixels: 32 bytes of its plane
-                at = builder.gep(rp, [builder.add(o0, builder.mul(plane, c64(c)))])
-                builder.store(columns[c], builder.bitcast(at, _INTS.as_pointer()), align=4)
-            builder.branch(end)
-            builder.position_at_end(store)
-            rint = _function(builder, "llvm.rint.v4f64", _D4, _D4)
-            larger = _function(builder, "llvm.maxnum.v4f64", _D4, _D4, _D4)
-            smaller = _function(builder, "llvm.minnum.v4f64", _D4, _D4, _D4)
-            zero, low, high = (_splat(builder, builder.load(builder.gep(lp, [c64(i)])), _D4)
-                               for i in range(3))
-            b, m = ([builder.load(_at(builder, ptr, builder.add(b0, c64(4 * part)), _D4),
-                                  align=8) for part in range(2)] for ptr in (bp, mp))
-            undef = ir.Constant(_INTS, ir.Undefined)
-            level = []
+@intrinsic
+def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
+          taps: Any, bias: Any, multiplier: Any, b0: Any, levels: Any, out: Any, sums: Any,
+          o0: Any, plane: Any, scratch: Any, whole: Any) -> Any:
+    """One tile: output channels ``b0 .. b0+7`` (weights from ``w0``) of pixels
+    ``q0 .. q0+7`` of the image at word ``x0``, where ``whole`` requantized with ``bias``,
+    ``multiplier`` (from ``b0``) and ``levels`` (zero point, low, high) into ``out`` at
+    ``o0`` (channel stride ``plane``), or plus ``bias`` into ``sums`` where that is not
+    empty; else its int32 sums into ``scratch[pixel * 8 + channel]``."""
+    sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, multiplier, b0, levels, out,
+                     sums, o0, plane, scratch, whole)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        wp, xp, pp, tp, bp, mp, lp, op, rp, sp = (
+            array_data(context, builder, signature, args, i).data
+            for i in (0, 2, 4, 6, 7, 8, 10, 11, 12, 15))
+        w0, x0, q0, b0, o0, plane, whole = (args[i] for i in (1, 3, 5, 9, 13, 14, 16))
+        raw = builder.icmp_signed("!=", builder.extract_value(
+            array_data(context, builder, signature, args, 12).shape, 0), c64(0))
+        n_taps = builder.extract_value(
+            array_data(context, builder, signature, args, 6).shape, 0)
+        pairs = _function(builder, "llvm.x86.avx2.pmadd.ub.sw", _SHORTS, _BYTES, _BYTES)
+        quads = _function(builder, "llvm.x86.avx2.pmadd.wd", _INTS, _SHORTS, _SHORTS)
+        ones = ir.Constant(_SHORTS, [1] * 16)
+        bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
+                 for p in range(PIXELS)]
+
+        def tap(t: Any, accs: list[Any]) -> list[Any]:
+            wi = builder.add(w0, builder.mul(t, c64(CHANNELS * QUAD)))
+            w = builder.load(_at(builder, wp, wi, _BYTES), align=1)
+            offset = builder.sext(builder.load(builder.gep(tp, [t])), ir.IntType(64))
+            new: list[Any] = []
             for p in range(PIXELS):
-                halves = []
-                for part in range(2):  # lanes 0-3, then 4-7
-                    lanes = builder.shuffle_vector(accs[p], undef, ir.Constant(
-                        _QUADS, [4 * part + i for i in range(4)]))
-                    value = builder.sitofp(lanes, _D4)
-                    value = builder.fadd(builder.fmul(builder.fadd(value, b[part]), m[part]),
-                                         zero)
-                    value = builder.call(rint, [value])
-                    value = builder.call(smaller, [builder.call(larger, [value, low]), high])
-                    halves.append(builder.fptosi(value, _QUADS))
-                words = builder.shuffle_vector(halves[0], halves[1],
-                                               ir.Constant(_INTS, list(range(8))))
-                level.append(builder.trunc(words, ir.VectorType(_I8, 8)))
-            while len(level) > 1:  # pixel-major bytes: 8 pixels x 8 channels
-                width = 2 * level[0].type.count
-                level = [builder.shuffle_vector(level[i], level[i + 1], ir.Constant(
-                    ir.VectorType(I32, width), list(range(width))))
-                         for i in range(0, len(level), 2)]
-            planes = builder.shuffle_vector(level[0], ir.Constant(level[0].type, ir.Undefined),
-                                            ir.Constant(ir.VectorType(I32, 64), [
-                                                p * 8 + c for c in range(8) for p in range(8)]))
-            rows = builder.bitcast(planes, ir.VectorType(ir.IntType(64), 8))
-            for c in range(CHANNELS):  # a channel's 8 pixels: 8 bytes of its plane
-                at = builder.gep(op, [builder.add(o0, builder.mul(plane, c64(c)))])
-                builder.store(builder.extract_element(rows, ir.Constant(I32, c)),
-                              builder.bitcast(at, ir.IntType(64).as_pointer()), align=1)
-            builder.branch(end)
-            builder.position_at_end(spill)
-            spill_tile(builder, accs, 1, PIXELS, CHANNELS, sp)
-            builder.branch(end)
-            builder.position_at_end(end)
-            return context.get_dummy_value()
+                word = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
+                data = builder.bitcast(_splat(builder, word, _INTS), _BYTES)
+                summed = builder.call(quads, [builder.call(pairs, [data, w]), ones])
+                new.append(builder.add(accs[p], summed))
+            return new
 
-        return sig, codegen
+        accs = accumulate(builder, n_taps, [ir.Constant(_INTS, None)] * PIXELS, tap)
+        stored, spill, end, summed, store = (
+            builder.append_basic_block(f"tile.{part}")
+            for part in ("stored", "spill", "end", "sums", "store"))
+        builder.cbranch(builder.icmp_signed("!=", whole, ir.Constant(whole.type, 0)),
+                        stored, spill)
+        builder.position_at_end(stored)
+        builder.cbranch(raw, summed, store)
+        builder.position_at_end(summed)
+        _store_sums(builder, accs, bp, b0, rp, o0, plane)
+        builder.branch(end)
+        builder.position_at_end(store)
+        _store_requantized(builder, accs, bp, mp, b0, lp, op, o0, plane)
+        builder.branch(end)
+        builder.position_at_end(spill)
+        spill_tile(builder, accs, 1, PIXELS, CHANNELS, sp)
+        builder.branch(end)
+        builder.position_at_end(end)
+        return context.get_dummy_value()
 
-    return tile
-
-
-_tile = _make_tile()
-"""One tile: output channels ``b0 .. b0+7`` (weights from ``w0``) of pixels ``q0 .. q0+7``
-of the image at word ``x0``, requantized with ``bias``, ``multiplier`` (from ``b0``) and
-``levels`` (zero point, low, high) into ``out`` at ``o0`` (channel stride ``plane``: each
-channel's 8 bytes in one store) where ``whole``; else its int32 sums into
-``scratch[pixel * 8 + channel]``."""
+    return sig, codegen
 
 
 @numba.njit(types.void(_U8_IN, _U32, I64_IN, types.int64, types.int64), cache=True,
@@ -376,7 +379,8 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
             w0 = block * n_taps * CHANNELS * QUAD
             whole = count == PIXELS and kept == CHANNELS
             _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier, b0,
-                  levels, out, sums, o0, length, scratch, whole)
+                  levels, out, sums, o0, length, scratch,
+                  whole)  # type: ignore[call-arg]  # (typingctx)
             if not whole:
                 _from_scratch(out, sums, o0, length, scratch, kept, count, bias, multiplier,
                               b0, levels)
