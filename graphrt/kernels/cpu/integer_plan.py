@@ -2,12 +2,13 @@
 weight packed for it, and the call that runs it over the cores
 (:func:`graphrt.kernels.cpu.integer_conv.qconv_jobs`, AVX2).
 
-A 2-D ``qlinear_conv`` of one group runs in int32 where its weight allows
-(:func:`pack_integer`): the threads of the call copy the 8-bit data into a padded buffer of
-32-bit words (4 input channels of a pixel to a word), the tiles of 8 output channels x 8
-pixels sum their taps 4 at a time with AVX2's integer multiply-adds, and requantize into
-the 8-bit output as they store. Where the weight does not allow it, or the CPU has no AVX2,
-:mod:`graphrt.kernels.cpu.qconv` runs the float kernels instead.
+A 2-D ``qlinear_conv`` (or ``conv_integer``) of one group runs in int32 where its weight
+allows (:func:`pack_integer`): the threads of the call copy the 8-bit data into a padded
+buffer of 32-bit words (4 input channels of a pixel to a word), the tiles of 8 output
+channels x 8 pixels sum their taps 4 at a time with AVX2's integer multiply-adds, and
+requantize into the 8-bit output as they store (``conv_integer``: store the int32 sums).
+Where the weight does not allow it, or the CPU has no AVX2, :mod:`graphrt.kernels.cpu.qconv`
+runs the float kernels (``conv_integer``: its reference) instead.
 
 Example:
     >>> plan = integer_plan((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 8, 8), (1, 1), (1, 1),

@@ -70,7 +70,7 @@ from .conv import (
     run_plan,
 )
 from .crew import run_jobs
-from .integer_plan import IntegerCall, integer_plan, pack_integer
+from .integer_plan import IntegerCall, IntegerWeight, integer_plan, pack_integer
 from .jit import direct_conv, integer_conv, quantized_kernels
 
 __all__ = ["EXACT", "QConvCall", "conv_integer_call", "qconv_call", "span"]
@@ -207,15 +207,15 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
     taps = prod(w.shape[1:])
     sums = prod(out.shape)
     integer = None if depthwise else integer_conv()
-    plan = None if integer is None else integer_plan(
-        x.shape, w.shape, out.shape, shape.strides, shape.dilation, shape.begin)
-    in_integers = None if integer is None or plan is None else IntegerCall(
-        integer, plan, x.dtype == "int8", int_range(out.dtype))
+    in_integers = None if integer is None else IntegerCall(
+        integer, integer_plan(x.shape, w.shape, out.shape, shape.strides, shape.dilation,
+                              shape.begin), x.dtype == "int8", int_range(out.dtype))
     workspace = (TensorType((prod(x.shape),), "float32"),
                  TensorType(whole.workspace or (0,), "float32"),
                  TensorType((sums,), "float32"),
                  TensorType((sums if taps > _TAPS and not depthwise else 0,), "int32"),
-                 TensorType((0 if plan is None else plan.workspace,), "uint32"))
+                 TensorType((0 if in_integers is None else in_integers.plan.workspace,),
+                            "uint32"))
     n_in = len(inputs)
     low, high = (float(v) for v in int_range(out.dtype))
 
@@ -224,8 +224,7 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
         bias = arrays[8] if n_in == 9 else None
         target, data, padded, part, acc, words = arrays[n_in:]
         if in_integers is not None:
-            packed = derived(wq, ("qlinear_conv integer", wz.tobytes(), wz.shape),
-                             lambda: pack_integer(np.asarray(wq), np.asarray(wz).reshape(-1)))
+            packed = _integer_weight(wq, wz)
             if packed is not None:
                 in_integers(packed, arrays[:n_in], target, words)
                 return
@@ -279,14 +278,22 @@ def conv_integer_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: Tenso
 
     def run(*arrays: Any) -> None:
         xq, wq, xz, wz, target, words = arrays
-        packed = derived(wq, ("qlinear_conv integer", wz.tobytes(), wz.shape),
-                         lambda: pack_integer(np.asarray(wq), np.asarray(wz).reshape(-1)))
+        packed = _integer_weight(wq, wz)
         if packed is None:
             reference(xq, wq, xz, wz, target)
         else:
             in_integers(packed, (xq, wq, xz, wz), target, words)
 
     return QConvCall(run, (TensorType((plan.workspace,), "uint32"),))
+
+
+def _integer_weight(weight: Any, zero: Any) -> IntegerWeight | None:
+    """``weight`` minus ``zero`` packed for the integer kernel, once per loaded weight and
+    zero points (both ops share it), or None where the kernel declines it."""
+    packed: IntegerWeight | None = derived(
+        weight, ("integer conv", zero.tobytes(), zero.shape),
+        lambda: pack_integer(np.asarray(weight), np.asarray(zero).reshape(-1)))
+    return packed
 
 
 _empty_bias = np.zeros(0, np.int32)
