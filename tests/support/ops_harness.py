@@ -22,6 +22,19 @@ def channels_last(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
 
+def with_epilogue(want: np.ndarray, residual: np.ndarray | None, relu: bool,
+                  clip: tuple[float, float] | None) -> np.ndarray:
+    """A convolution's expected result after the fused epilogue: ``+ residual``, relu, clip
+    (each where given)."""
+    if residual is not None:
+        want = want + residual
+    if relu:
+        want = np.maximum(want, 0)
+    if clip is not None:
+        want = np.clip(want, *clip)
+    return want
+
+
 def on_device(array: np.ndarray, device: graphrt.Device) -> Any:
     """A copy of ``array`` on ``device`` (a SimArray on sim)."""
     array = np.ascontiguousarray(array).reshape(array.shape)

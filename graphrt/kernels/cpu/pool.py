@@ -42,8 +42,8 @@ calling thread alone: bringing in the helpers costs tens of microseconds."""
 def window_max(xp: Any, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None:
     """``out`` = the max of ``x`` over each pool window (padding skipped): through the
     compiled kernel over every core for host float32 or 8-bit data with 2-D windows where
-    numba is installed, else :func:`~graphrt.ops.pooling.window_reduce` (checked on every call: the
-    prepared kernel of :func:`max_pool_call` decides once)."""
+    numba is installed, else :func:`~graphrt.ops.pooling.window_reduce` (checked on every
+    call: the prepared kernel of :func:`max_pool_call` decides once)."""
     if not _compiled_max(jit.pool_kernels(), x, out, windows):
         window_reduce(xp, x, out, windows, "max")
 
@@ -52,8 +52,8 @@ def max_pool_call(x: TensorType, out: TensorType, windows: Sequence[AxisWindow],
                   dynamic: bool) -> Callable[..., None] | None:
     """A max pool ``kernel(x, out)`` over ``windows`` through the compiled kernel (compiled,
     or loaded from numba's cache, now), or None where it does not apply (numba missing, not
-    float32, uint8 or int8, not 2-D, an empty output). A static node's kernel pools with no check; a
-    dynamic node's checks each call's shapes."""
+    float32, uint8 or int8, not 2-D, an empty output). A static node's kernel pools with no
+    check; a dynamic node's checks each call's shapes."""
     kernels = jit.pool_kernels()
     if not (kernels is not None and len(windows) == 2 and x.dtype == out.dtype
             and x.dtype in _LOWEST and 0 not in out.shape):
@@ -92,8 +92,8 @@ def _run_max(kernels: ModuleType, x: Any, out: Any, windows: Sequence[AxisWindow
     jobs = planes * -(-oh // rows)
     run_jobs(kernels.max_pool_jobs, out.size * kh * kw >= _MIN_POOL_WORK, (
         np.ascontiguousarray(x).reshape(-1), out.reshape(-1), _LOWEST[x.dtype.name], planes,
-        h, w, oh, ow, kh, kw,
-        sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64), max(1, jobs // _POOL_JOBS)))
+        h, w, oh, ow, kh, kw, sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64),
+        max(1, jobs // _POOL_JOBS)))
 
 
 def mean_pool_call(x: TensorType, out: TensorType, *, dynamic: bool, blocked: bool = False

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ops_harness import blocked
+from ops_harness import blocked, with_epilogue
 
 from graphrt.kernels.cpu.conv import DepthwisePlan, DirectPlan, conv_epilogue
 from graphrt.kernels.cpu.jit import direct_conv
@@ -53,12 +53,7 @@ def test_blocked_layouts_match_the_reference(case: tuple[Any, ...], layouts: tup
     want = np.empty(out_shape, np.float32)
     reference_conv(np, [x, w, bias], [want], groups, s, (1, 1), p)
     extra = RNG.standard_normal(out_shape).astype(np.float32) if residual else None
-    if extra is not None:
-        want += extra
-    if relu:
-        want = np.maximum(want, 0)
-    if clip is not None:
-        want = np.clip(want, *clip)
+    want = with_epilogue(want, extra, relu, clip)
     data = blocked(x) if layouts[0] else x
     out_type = TensorType(out_shape if not layouts[1] else
                           (out_shape[0], o // 8, *out_shape[2:], 8), "float32")

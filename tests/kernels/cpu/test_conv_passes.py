@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ops_harness import blocked
+from ops_harness import blocked, with_epilogue
 
 from graphrt.kernels.cpu import conv
 from graphrt.kernels.cpu.conv import Passes, conv_epilogue, direct_plan
@@ -54,12 +54,7 @@ def test_the_passes_compute_the_convolution_and_its_epilogue(
     r = rng.standard_normal((n, o, hw, hw)).astype(np.float32)
     want = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
     want += b.astype(np.float64)[:, None, None]
-    if residual:
-        want += r
-    if relu:
-        want = np.maximum(want, 0)
-    if clip is not None:
-        want = np.clip(want, *clip)
+    want = with_epilogue(want, r if residual else None, relu, clip)
     types = [TensorType(blocked(x).shape, "float32"), TensorType(w.shape, "float32"),
              TensorType(b.shape, "float32")]
     out_type = TensorType((n, o // 8, hw, hw, 8), "float32")

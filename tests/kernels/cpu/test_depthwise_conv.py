@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ops_harness import with_epilogue
 
 from graphrt.kernels import Epilogue, chain
 from graphrt.kernels.cpu.conv import DepthwisePlan, conv_plan, run_conv_with
@@ -67,12 +68,7 @@ def test_the_depthwise_kernel_matches_the_reference(case: tuple[Any, ...], bias:
     run_conv_with(KERNELS, np, inputs, [got], xs[1], s, d, b, extra, relu, clip)
     want = np.empty(os_, np.float32)
     reference_conv(np, inputs, [want], xs[1], s, d, b)
-    if residual:
-        want += extra
-    if relu:
-        want = np.maximum(want, 0)
-    if clip is not None:
-        want = np.clip(want, *clip)
+    want = with_epilogue(want, extra, relu, clip)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
