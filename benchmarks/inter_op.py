@@ -7,8 +7,11 @@ threads; the default decides per graph (see ``graphrt.executor.parallel``). On a
 whose cores other processes keep busy, multi-threaded BLAS stalls and lanes win; on a quiet
 one, compare for yourself.
 
+Steady state (calls back to back) and cold (the first call after a pause) are both reported,
+as in ``peers.py``; ONNX Runtime gets as many intra-op threads as graphrt uses.
+
 Usage: ``python benchmarks/inter_op.py [--model branches|branches1|bert|chain|mlp]
-[--batch 8] [--threads 2] [--repeat 15] [--json out.json]``
+[--batch 8] [--threads 2] [--repeat 7] [--block 5] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnx_models import environment, interleaved, load_models
+from onnx_models import environment, load_models, ort_session, regimes
 
 import graphrt
 
@@ -46,11 +49,10 @@ def main() -> None:
     parser.add_argument("--model", default="branches")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    import onnxruntime
-
     models = load_models()
     model = model_of(models, args.model, args.batch)
     feeds = models.sample_inputs(model)
@@ -58,8 +60,7 @@ def main() -> None:
     mods = {"sequential": bundle.create("cpu", inter_op_threads=0),
             f"{args.threads} lanes": bundle.create("cpu", inter_op_threads=args.threads),
             "default": bundle.create("cpu")}
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
+    session = ort_session(model)
     reference = session.run(None, feeds)[0]
     for name, mod in mods.items():
         (got, *_) = mod(**feeds)
@@ -68,13 +69,17 @@ def main() -> None:
         mod.set_input(**feeds)
     contenders: dict[str, Any] = {name: mod.run for name, mod in mods.items()}
     contenders["onnxruntime"] = lambda: session.run(None, feeds)
-    medians = interleaved(contenders, warmup=2, repeat=args.repeat)
-    base = medians["onnxruntime"]
+    medians = regimes(contenders, warmup=2, rounds=args.repeat, block=args.block)
     print(f"{args.model}: parallel plan by default: "
           f"{'yes' if mods['default'].compiled.parallel else 'no'}")
-    for name, seconds in medians.items():
-        print(f"  {name:<12} {seconds * 1e3:9.2f} ms  {seconds / base:5.2f}x ORT  "
-              f"{seconds / medians['sequential']:5.2f}x sequential")
+    for regime in ("steady", "cold"):
+        base = medians["onnxruntime"][regime]
+        sequential = medians["sequential"][regime]
+        print(f" {regime}:")
+        for name, both in medians.items():
+            seconds = both[regime]
+            print(f"  {name:<12} {seconds * 1e3:9.2f} ms  {seconds / base:5.2f}x ORT  "
+                  f"{seconds / sequential:5.2f}x sequential")
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "medians_s": medians,
                                          "environment": environment()}, indent=1))
