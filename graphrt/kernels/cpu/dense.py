@@ -152,8 +152,8 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
         weight, bias = arrays[1], arrays[2] if has_bias else None
         residual = arrays[n_in] if residual_at else None
         result = arrays[-1]
-        if not (is_frozen(weight) and (bias is None or is_frozen(bias)) and packing()
-                and (not few or few_rows())):
+        if not ((not few or few_rows()) and packing() and is_frozen(weight)
+                and (bias is None or is_frozen(bias))):  # the cheap tests first
             reference(*arrays[:n_in], result)
             epilogue_after(result, residual, epilogue)
             return

@@ -33,7 +33,8 @@ def _reference(op: str = "batch_matmul") -> Any:
 @pytest.mark.parametrize("lead, m, k, n", [((1,), 1, 1, 1), ((2,), 7, 5, 17), ((3,), 13, 33, 40),
                                            ((4,), 128, 64, 128), ((2, 3), 6, 1, 16),
                                            ((5,), 1, 3, 2), ((2, 2), 30, 128, 64),
-                                           ((1,), 64, 0, 5)])
+                                           ((1,), 64, 0, 5),
+                                           ((3,), 4, 9, 20)])  # short rows read from before
 def test_it_matches_float64_at_every_tile_edge(lead: tuple[int, ...], m: int, k: int,
                                                n: int) -> None:
     a = RNG.standard_normal((*lead, m, k)).astype(np.float32)

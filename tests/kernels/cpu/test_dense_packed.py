@@ -45,7 +45,7 @@ def _reference(op: str, attrs: Any, n_in: int) -> Any:
                                      (301, 300, 40),  # many rows: on it too
                                      (130, 7, 33),  # then fewer rows: a row at a time
                                      (1, 1, 1), (1, 1280, 1000), (2, 33, 47), (15, 8, 17),
-                                     (3, 2, 16)])
+                                     (3, 2, 16), (10, 5, 16), (66, 1024, 16)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_dense_matches_numpy_at_every_tile_edge(m: int, k: int, n: int, bias: bool) -> None:
     x = RNG.standard_normal((m, k)).astype(np.float32)
