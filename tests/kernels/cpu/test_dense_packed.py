@@ -181,25 +181,79 @@ def test_an_mlp_graph_runs_on_it_and_matches_onnx_runtime() -> None:
     del onnx
 
 
-def test_few_rows_take_blas_where_the_graph_says_so() -> None:
+def test_few_rows_take_blas_where_the_graph_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """A matrix-vector product runs on the helpers only where ``few_rows()`` allows it (a
-    graph with compiled convolutions); else on the reference, as BLAS's threaded kernel is
-    the faster there."""
+    graph with compiled convolutions); else on BLAS, as the reference does (BLAS's threaded
+    kernel is the faster there)."""
+    from graphrt.kernels.cpu import dense
+
     op = get_op("dense")
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     w = _frozen(RNG.standard_normal((4, 8)).astype(np.float32))
     calls: list[str] = []
-    reference = _reference("dense", op.attrs(), 2)
+    run_jobs = dense.run_jobs
 
-    def spy(*arrays: Any) -> None:
-        calls.append("reference")
-        reference(*arrays)
+    def spy(jobs: Any, *args: Any) -> None:
+        calls.append(jobs.__name__)
+        run_jobs(jobs, *args)
 
+    monkeypatch.setattr(dense, "run_jobs", spy)
     for allowed in (True, False):
         prepared = dense_call("dense", op.attrs(), _types(x, w), TensorType((2, 4), "float32"),
-                              NO_EPILOGUE, spy, few_rows=lambda allowed=allowed: allowed)
+                              NO_EPILOGUE, _reference("dense", op.attrs(), 2),
+                              few_rows=lambda allowed=allowed: allowed)
         assert prepared is not None
         out = np.empty((2, 4), np.float32)
         _call(prepared, x, w, out)
         np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
-    assert calls == ["reference"]
+    assert calls == ["row_jobs"]
+
+
+@pytest.mark.parametrize(("name", "transposed", "bias", "lead"),
+                         [("dense", True, False, (3,)), ("dense", True, True, (2, 3)),
+                          ("matmul", False, False, (3,)), ("matmul", True, False, (3,)),
+                          ("matmul", False, False, (2, 3))])
+def test_on_blas_it_makes_the_references_calls_and_reads_the_arrays_anew(
+        name: str, transposed: bool, bias: bool, lead: tuple[int, ...]) -> None:
+    """Where the product takes BLAS in a graph without compiled kernels, its numpy calls are
+    bound to the arrays once and give the reference's bits; new values in the same arrays
+    are read, other arrays rebind it, and the reference runs for a strided result."""
+    op = get_op(name)
+    attrs = op.attrs(transpose_b=True) if name == "matmul" and transposed else op.attrs()
+    x = RNG.standard_normal((*lead, 8)).astype(np.float32)
+    w = RNG.standard_normal((5, 8) if transposed else (8, 5)).astype(np.float32)
+    inputs = [x, w, RNG.standard_normal(5).astype(np.float32)] if bias else [x, w]
+    out_shape = (*x.shape[:-1], 5)
+    reference = _reference(op.name, attrs, len(inputs))
+    prepared = dense_call(op.name, attrs, _types(*inputs), TensorType(out_shape, "float32"),
+                          Epilogue(relu=True), reference, few_rows=lambda: False)
+    assert prepared is not None
+    for _ in range(2):  # the second time with new values in the same arrays
+        inputs[0][...] = RNG.standard_normal(x.shape)
+        out, want = np.empty(out_shape, np.float32), np.empty(out_shape, np.float32)
+        _call(prepared, *inputs, out)
+        reference(*inputs, want)
+        np.testing.assert_array_equal(out, np.maximum(want, 0))
+    other = np.empty(out_shape, np.float32)
+    _call(prepared, *inputs, other)  # another result: bound again
+    np.testing.assert_array_equal(other, out)
+    strided = np.empty((*out_shape[:-1], 10), np.float32)[..., ::2]
+    _call(prepared, *inputs, strided)  # not a view's worth: the reference
+    np.testing.assert_array_equal(strided, out)
+
+
+def test_strided_data_is_read_anew_on_every_call() -> None:
+    """Data that is not C-contiguous is copied per call, never kept from an earlier one."""
+    op = get_op("dense")
+    base = RNG.standard_normal((30, 16)).astype(np.float32)
+    x = base[:, ::2]  # 30 x 8, strided
+    w = _frozen(RNG.standard_normal((20, 8)).astype(np.float32))
+    prepared = dense_call("dense", op.attrs(), _types(np.ascontiguousarray(x), w),
+                          TensorType((30, 20), "float32"), NO_EPILOGUE,
+                          _reference("dense", op.attrs(), 2))
+    assert prepared is not None
+    out = np.empty((30, 20), np.float32)
+    for _ in range(2):  # the same arrays, new values
+        base[...] = RNG.standard_normal(base.shape)
+        _call(prepared, x, w, out)
+        np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-4)
