@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ...devices.base import aligned_copy
 from ...devices.frozen import derived, is_frozen
 from ...ops import TensorType
 from ...ops.base import gemm_dtype
@@ -187,11 +188,11 @@ def _pack_weight(kernels: ModuleType, weight: np.ndarray[Any, Any], block: int,
                 blocked: bool = False) -> np.ndarray[Any, Any]:
     """``weight`` ``[O, C, kh, kw]`` packed ``block`` output channels at a time, its taps in
     the order of a ``blocked`` plan's where it is one."""
-    if not blocked:
-        return kernels.pack_weights(weight, block)  # type: ignore[no-any-return]
-    o, c, kh, kw = weight.shape
-    taps = weight.reshape(o, c // _BLOCK, _BLOCK, kh, kw).transpose(0, 1, 3, 4, 2)
-    return kernels.pack_weights(np.ascontiguousarray(taps), block)  # type: ignore[no-any-return]
+    if blocked:
+        o, c, kh, kw = weight.shape
+        weight = np.ascontiguousarray(
+            weight.reshape(o, c // _BLOCK, _BLOCK, kh, kw).transpose(0, 1, 3, 4, 2))
+    return aligned_copy(kernels.pack_weights(weight, block))
 
 
 def _block(plan: DirectPlan | PointwisePlan | DepthwisePlan) -> tuple[int, bool]:

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from ...devices.base import aligned_copy
 from ...devices.frozen import derived, is_frozen
 from ...ops import TensorType
 from ..base import Epilogue, Prepared
@@ -102,8 +103,7 @@ def pack_columns(weight: np.ndarray[Any, Any], transposed: bool,
     packed[:n, :k] = by_column
     if bias is not None:
         packed[:n, k] = bias
-    panel_major: np.ndarray[Any, Any] = packed.reshape(panels, _SPAN, k + 1).transpose(0, 2, 1)
-    return panel_major.ravel()
+    return aligned_copy(packed.reshape(panels, _SPAN, k + 1).transpose(0, 2, 1))
 
 
 def epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ...devices.base import aligned_copy
 from .conv import strip_tiles
 from .crew import run_jobs
 
@@ -142,7 +143,7 @@ def pack_integer(weight: np.ndarray[Any, Any], zero: np.ndarray[Any, Any]
     if (magnitudes[..., 0::2] + magnitudes[..., 1::2]).max(initial=0) > _PAIR_LIMIT:
         return None
     packed = taps.reshape(blocks, _CHANNELS, -1, _QUAD).transpose(0, 2, 1, 3)
-    return IntegerWeight(np.ascontiguousarray(packed, np.int8).ravel(),
+    return IntegerWeight(aligned_copy(packed.astype(np.int8)),
                          centered.reshape(o, -1).sum(axis=1, dtype=np.int64))
 
 

@@ -257,3 +257,26 @@ def test_strided_data_is_read_anew_on_every_call() -> None:
         base[...] = RNG.standard_normal(base.shape)
         _call(prepared, x, w, out)
         np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_weights_start_a_cache_line() -> None:
+    """Every packed weight of the compiled kernels starts a 64-byte line, so that a panel's
+    64-byte rows are whole lines (dense, direct/pointwise/depthwise and integer packs)."""
+    from graphrt.devices import ALIGNMENT
+    from graphrt.kernels.cpu.conv import _pack_weight
+    from graphrt.kernels.cpu.dense import pack_columns
+    from graphrt.kernels.cpu.integer_plan import pack_integer
+    from graphrt.kernels.cpu.jit import direct_conv
+
+    kernels = direct_conv()
+    assert kernels is not None
+    packs = [pack_columns(RNG.standard_normal((k, 40)).astype(np.float32), False, None)
+             for k in (3, 64, 100)]
+    for blocked in (False, True):
+        for block in (16, 8, 6):
+            packs.append(_pack_weight(kernels, np.ones((24, 16, 3, 3), np.float32), block,
+                                      blocked))
+    integer = pack_integer(np.ones((20, 8, 3, 3), np.int8), np.zeros(20, np.int8))
+    assert integer is not None
+    packs.append(integer.weights)
+    assert all(pack.ctypes.data % ALIGNMENT == 0 for pack in packs)
