@@ -120,13 +120,15 @@ def epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | N
 def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
                epilogue: Epilogue, reference: Callable[..., None],
                packing: Callable[[], bool] = lambda: True,
-               few_rows: Callable[[], bool] = lambda: True) -> Prepared | None:
+               few_rows: Callable[[], bool] = lambda: True,
+               plain_blas: Callable[[], bool] = lambda: False) -> Prepared | None:
     """The kernel of ``op`` (``dense``, ``matmul``, ``batch_matmul``) at these static types,
     or None where the packed product cannot apply (another dtype, a transposed left
     operand, a right operand of more than 2 dimensions, no numba); it
-    decides on every call whether the weight is a param and ``packing()`` allows it (see the
+    decides whether the weight is a param and ``packing()`` allows it (see the
     module docstring), and for fewer than :data:`MIN_ROWS` rows whether ``few_rows()``
-    does."""
+    does. Where ``plain_blas()`` (the graph's BLAS policy adds nothing to ``reference``),
+    a product left to BLAS runs as the reference's own numpy calls."""
     kernels = direct_conv()
     if kernels is None or any(t.dtype != "float32" for t in (*inputs, out)):
         return None
@@ -156,15 +158,16 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
              | (kernels.RESIDUAL if residual_at else 0))
     bounds = np.asarray(epilogue.clip or (0.0, 0.0), np.float32)
 
-    def bind(arrays: tuple[Any, ...], crew: bool, allowed: bool) -> Callable[[], None]:
+    def bind(arrays: tuple[Any, ...], rows_ok: bool, allowed: bool, plain: bool
+             ) -> Callable[[], None]:
         """The call on these arrays, its arguments made once (see ``call``)."""
         weight, bias = arrays[1], arrays[2] if has_bias else None
         residual = arrays[n_in] if residual_at else None
         result = arrays[-1]
-        if not (allowed and (not few or crew) and is_frozen(weight)
+        if not (allowed and (not few or rows_ok) and is_frozen(weight)
                 and (bias is None or is_frozen(bias))):
-            product = None if crew else _numpy_product(op, transposed, arrays[0], weight, bias,
-                                                       result)
+            product = (_numpy_product(op, transposed, arrays[0], weight, bias, result) if plain
+                       else None)
             return partial(_reference_call, product or partial(reference, *arrays[:n_in],
                                                                result),
                            result, residual, epilogue)
@@ -184,11 +187,11 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     # hands the same arrays (its storage, its frozen params) on every run, so the frozen
     # params are looked up and the views made once. One tuple, replaced whole (threads may
     # share it).
-    last: list[tuple[tuple[Any, ...], tuple[bool, bool], Callable[[], None] | None]] = [
-        ((), (False, False), None)]
+    last: list[tuple[tuple[Any, ...], tuple[bool, bool, bool], Callable[[], None] | None]] = [
+        ((), (False, False, False), None)]
 
     def call(*arrays: Any) -> None:
-        policy = (few_rows(), packing())  # (fixed once create() returns)
+        policy = (few_rows(), packing(), plain_blas())  # (fixed once create() returns)
         seen, seen_policy, run = last[0]
         if (run is None or policy != seen_policy or len(seen) != len(arrays)
                 or not all(map(is_, seen, arrays))):

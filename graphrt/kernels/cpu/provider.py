@@ -145,7 +145,7 @@ class CpuProvider:
             packed = None if dynamic else dense_call(
                 name, attrs, inputs, outputs[0], epilogue, self._gemm_of(op, attrs, inputs,
                                                                          outputs[0], xp),
-                self._parallel, lambda: self.crew)
+                self._parallel, lambda: self.crew, lambda: not self.crew)
             if packed is None and not dynamic:
                 packed = batch_product_call(
                     name, attrs, inputs, outputs[0], epilogue,

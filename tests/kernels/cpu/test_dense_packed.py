@@ -226,7 +226,8 @@ def test_on_blas_it_makes_the_references_calls_and_reads_the_arrays_anew(
     out_shape = (*x.shape[:-1], 5)
     reference = _reference(op.name, attrs, len(inputs))
     prepared = dense_call(op.name, attrs, _types(*inputs), TensorType(out_shape, "float32"),
-                          Epilogue(relu=True), reference, few_rows=lambda: False)
+                          Epilogue(relu=True), reference, few_rows=lambda: False,
+                          plain_blas=lambda: True)
     assert prepared is not None
     for _ in range(2):  # the second time with new values in the same arrays
         inputs[0][...] = RNG.standard_normal(x.shape)
