@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from math import prod
-from operator import is_
 from types import ModuleType
 from typing import Any
 
@@ -41,7 +40,7 @@ from ...ops.convolution import ConvPlan
 from ...ops.convolution import conv_plan as reference_plan
 from ...ops.convolution import run_conv as reference_conv
 from ...ops.nn import nchw_shape
-from .crew import JobCall
+from .crew import JobCall, LastArrays
 from .jit import direct_conv as direct_kernels
 
 __all__ = ["DepthwisePlan", "DirectPlan", "HostConvPlan", "PointwisePlan",
@@ -694,15 +693,10 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
     n_in = len(types)
     has_bias = n_in == 3
     strided = geometry if isinstance(geometry, PointwisePlan) and geometry.workspace else None
-    # The last call's arrays and its prepared job call: a graph hands the same arrays (its
-    # storage, its frozen params) on every run, and rebuilding the call's two dozen
-    # arguments took 10 us of a 15 us call. One tuple, replaced whole (threads may share it).
-    last: list[tuple[tuple[Any, ...], Callable[[], None] | None]] = [((), None)]
+    last = LastArrays()
 
     def kernel(*arrays: Any) -> None:
-        seen, call = last[0]
-        if call is None or len(seen) != len(arrays) or not all(map(is_, arrays, seen)):
-            call = _prepare(arrays)
+        call = last.get(arrays) or _prepare(arrays)
         if call is not None:
             if strided is not None:
                 restride(strided, arrays[0], arrays[-1])
@@ -727,9 +721,8 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
             return None
         call = _call(kernels, geometry, arrays[0], weight, bias, target,
                      _buffer(geometry, space), extra, relu, clip)
-        if (is_frozen(weight) and (bias is None or is_frozen(bias))
-                and all(a.flags.c_contiguous for a in arrays)):
-            last[0] = (arrays, call)
+        if is_frozen(weight) and (bias is None or is_frozen(bias)):
+            last.keep(arrays, None, call)
         return call
 
     return kernel

@@ -25,16 +25,17 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from operator import is_
 from typing import Any
 
 import numpy as np
 
 from .blas_threads import blas_held
 
-__all__ = ["THREADS_VARIABLE", "JobCall", "Jobs", "available_cores", "default_threads",
-           "environment_threads", "quiet", "run_jobs", "threads_held"]
+__all__ = ["THREADS_VARIABLE", "JobCall", "Jobs", "LastArrays", "available_cores",
+           "default_threads", "environment_threads", "quiet", "run_jobs", "threads_held"]
 
 THREADS_VARIABLE = "GRAPHRT_THREADS"
 """The environment variable that sets the default of ``create(threads=...)``."""
@@ -224,6 +225,39 @@ class JobCall:
     def __call__(self) -> None:
         run_jobs(self.jobs, self.parallel,
                  (*self.args, np.zeros(self.counters, np.int64), self.grain))
+
+
+class LastArrays:
+    """The call a prepared kernel made for the arrays it was last handed, to make again: a
+    graph hands a kernel the same arrays (its storage views, its frozen params) on every run,
+    and rebuilding a call's arguments (views, packed weights, two dozen job arguments) took
+    10 us of a 15 us convolution. Kept only where every array is C-contiguous (a call made
+    on them reads and writes them in place, never a copy that would go stale). One tuple,
+    replaced whole: threads may share it.
+
+    Example:
+        >>> last, x = LastArrays(), np.zeros(3)
+        >>> last.keep((x,), "policy", print)
+        >>> last.get((x,), "policy") is print, last.get((x.copy(),), "policy")
+        (True, None)
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[Any, ...], Hashable, Callable[[], None] | None] = ((), None,
+                                                                                  None)
+
+    def get(self, arrays: tuple[Any, ...], key: Hashable = None) -> Callable[[], None] | None:
+        """The call kept for these very arrays (and ``key``), else None."""
+        seen, seen_key, call = self._last
+        if (call is None or seen_key != key or len(seen) != len(arrays)
+                or not all(map(is_, seen, arrays))):
+            return None
+        return call
+
+    def keep(self, arrays: tuple[Any, ...], key: Hashable, call: Callable[[], None]) -> None:
+        """Keep ``call`` for ``arrays`` and ``key`` where the arrays allow it (see above)."""
+        if all(a.flags.c_contiguous for a in arrays if isinstance(a, np.ndarray)):
+            self._last = (arrays, key, call)
 
 
 def quiet() -> None:

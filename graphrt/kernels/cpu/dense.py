@@ -50,7 +50,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 from math import prod
-from operator import is_
 from typing import Any
 
 import numpy as np
@@ -60,7 +59,7 @@ from ...devices.frozen import derived, is_frozen
 from ...ops import TensorType
 from ..base import Epilogue, Prepared
 from .blas_threads import blas_holders
-from .crew import run_jobs
+from .crew import LastArrays, run_jobs
 from .jit import direct_conv
 
 __all__ = ["MIN_ROWS", "dense_call", "epilogue_after", "pack_columns"]
@@ -183,23 +182,14 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
         return partial(_jobs_call, kernels.dense_jobs, parallel, (
             data, k, columns, m, n, flat, extra, flags, bounds, chunk), grain)
 
-    # The last call's arrays, the graph's policy then and the call made on them: a graph
-    # hands the same arrays (its storage, its frozen params) on every run, so the frozen
-    # params are looked up and the views made once. One tuple, replaced whole (threads may
-    # share it).
-    last: list[tuple[tuple[Any, ...], tuple[bool, bool, bool], Callable[[], None] | None]] = [
-        ((), (False, False, False), None)]
+    last = LastArrays()  # the frozen params looked up and the views made once
 
     def call(*arrays: Any) -> None:
-        policy = (few_rows(), packing(), plain_blas())  # (fixed once create() returns)
-        seen, seen_policy, run = last[0]
-        if (run is None or policy != seen_policy or len(seen) != len(arrays)
-                or not all(map(is_, seen, arrays))):
+        policy = (few_rows(), packing(), plain_blas())  # the graph's, fixed once create() returns
+        run = last.get(arrays, policy)
+        if run is None:
             run = bind(arrays, *policy)
-            # kept where its views are views: a copy made here would go stale
-            last[0] = ((arrays, policy, run) if all(
-                a.flags.c_contiguous for a in arrays if isinstance(a, np.ndarray))
-                else ((), policy, None))
+            last.keep(arrays, policy, run)
         run()
 
     return Prepared(call, capturable=False, provider="cpu")
