@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import lru_cache
 from math import prod
 from types import ModuleType
 from typing import Any
@@ -247,83 +247,58 @@ def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
                 weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any] | None,
                 out: np.ndarray[Any, Any], buffer: np.ndarray[Any, Any] | None,
                 residual: np.ndarray[Any, Any] | None = None, relu: bool = False,
-                clip: Clip = None, packed: Packed = None) -> Callable[[], None]:
+                clip: Clip = None, packed: Packed = None) -> JobCall:
     """:func:`run_plan`'s call of a direct plan, prepared: made again, it runs the same
     convolution of whatever these arrays (C-contiguous) then hold. A large blocked 1x1
-    convolution runs as passes over :data:`_PASS_CHANNELS` input channels each
-    (:func:`_passes`)."""
+    convolution's jobs run their tiles in passes over the input channels
+    (:func:`pass_channels`)."""
     data = np.ascontiguousarray(np.asarray(x)).reshape(-1)
     flat = np.asarray(out).reshape(-1)
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
-    passes = None if packed is not None else _passes(plan, weight.shape, x.shape[0])
-    if passes is None:
-        weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
-        return _direct_job(kernels, plan, plan.taps, data, padded, weights, summed, flat,
-                           weight.shape[0], _epilogue(kernels, flat, residual, relu, clip,
-                                                      plan.blocked_out))
-    o, calls = weight.shape[0], []
-
-    def part(first: int, last: int) -> np.ndarray[Any, Any]:
-        return _pack_weight(kernels, weight[:, first:last], _CHANNELS, True)
-
-    for first, last in passes:  # the bias, relu and clip on the last pass, into its sums
-        final = last == weight.shape[1]
-        weights = derived(weight, ("direct_conv pass", first, last), partial(part, first, last))
-        summed = _bias_of(bias, o, _CHANNELS) if final else zero_bias(o, _CHANNELS)
-        so_far = residual if first == 0 else flat  # each pass adds the sums before it
-        epilogue = _epilogue(kernels, flat, so_far, relu and final, clip if final else None,
-                             plan.blocked_out)
-        calls.append(_direct_job(kernels, plan, plan.taps[first:last], data, padded, weights,
-                                 summed, flat, o, epilogue))
-    return Passes(tuple(calls))
-
-
-def _direct_job(kernels: ModuleType, plan: DirectPlan, taps: np.ndarray[Any, Any],
-                data: np.ndarray[Any, Any], padded: np.ndarray[Any, Any],
-                weights: np.ndarray[Any, Any], summed: np.ndarray[Any, Any],
-                flat: np.ndarray[Any, Any], channels: int, epilogue: tuple[Any, ...]
-                ) -> JobCall:
+    weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
+    o, c = weight.shape[:2]
     # counters: tiles claimed, done; padded copy's jobs claimed, done
     return JobCall(kernels.conv_jobs, plan.parallel, (
-        data, plan.padding, padded, plan.image, plan.pixels, plan.length, taps, weights,
-        summed, flat, channels, *epilogue, plan.strip), 4, plan.grain)
+        data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
+        summed, flat, o, *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out),
+        plan.strip, pass_channels(plan, o, c) or len(plan.taps)), 4, plan.grain)
 
 
-@dataclass(frozen=True)
-class Passes:
-    """Job calls made one after the other (the passes of :func:`_passes`)."""
-
-    calls: tuple[JobCall, ...]
-
-    def __call__(self) -> None:
-        for call in self.calls:
-            call()
+_NARROW = 128
+"""Output channels up to which a pass holds :data:`_NARROW_PASS` input channels, else
+:data:`_WIDE_PASS` (:func:`pass_channels`)."""
+_NARROW_PASS, _WIDE_PASS = 64, 128
+_PASS_PIXELS = 196
+"""Output pixels per image (14x14) below which a 1x1 convolution runs in one pass."""
 
 
-_PASS_CHANNELS = 64
-"""Input channels (8 blocks) per pass of a large blocked 1x1 convolution. A tile of it reads
-its 6 pixels in every input block, one stream of memory per block: 24 streams for 192
-channels, which the prefetchers of a Zen 3 core did not follow once the data had left its
-caches (ResNet's and MobileNetV2's activations at batch 8 do). In passes of 8 blocks, the later
-ones adding into the earlier ones' sums (the residual epilogue, in place), MobileNetV2's
-projections ran 0.66-0.83x as long in a model's context (192->32 at 28x28, 144->24 at 56x56,
-576->96 at 14x14; batch 8, caches as the convolution before them left them)."""
-_PASS_WORK = 8_000_000
-"""Multiply-adds a pass must hold at least: each pass is a call of its own (tens of
-microseconds on the helpers), and short ones lost (960->160 at 7x7 ran 1.13x as long in 64-
-channel passes, 576->96 at 14x14 at batch 1 1.35x)."""
+def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
+    """The input channels per pass of the tiles of a blocked 1x1 convolution read in place,
+    where passes are worth it, else None (one pass).
 
+    A tile reads its 6 pixels in every input block, one stream of memory per block (24 for
+    192 channels), which a Zen 3 core's prefetchers do not follow once the data has left
+    its caches, as the activations of ResNet-50 and MobileNetV2 at batch 8 have. A job
+    (its run of tiles) therefore runs its tiles over the first 8 or 16 blocks, then over
+    the next ones, adding into the sums it stored (in cache: a run's tiles hold 12 KiB).
+    Narrow outputs reuse each input byte least and take the short passes. Measured in
+    the models' context, per layer against one pass (batch 8; ``benchmarks/layer_gap.py``
+    style interleaved profiles): ResNet-50's 256 -> 64 at 56x56 0.52-0.57x as long,
+    1024 -> 256 at 14x14 0.77-0.79x, 512 -> 128 at 28x28 0.73x; MobileNetV2's 192 -> 32 at
+    28x28 0.51-0.64x, 576 -> 96 at 14x14 0.72-0.74x. At 7x7 an image's data is read whole
+    into cache and passes lost (512 -> 2048: 1.01-1.09x at batch 8, 1.07-1.14x at 1).
 
-def _passes(plan: DirectPlan, weight: tuple[int, ...], images: int
-            ) -> list[tuple[int, int]] | None:
-    """The input-channel ranges of a blocked 1x1 convolution of ``images`` read in place
-    whose passes are worth it (:data:`_PASS_CHANNELS`, :data:`_PASS_WORK`), else None."""
-    o, c = weight[0], weight[1]
-    if (not plan.blocked or plan.workspace is not None or len(plan.taps) != c
-            or c < 2 * _PASS_CHANNELS
-            or images * plan.length * _PASS_CHANNELS * o < _PASS_WORK):
+    Example:
+        >>> plan = direct_plan((8, 256, 56, 56), (64, 256, 1, 1), (8, 64, 56, 56), (1, 1),
+        ...                    (1, 1), (0, 0), True, True)
+        >>> pass_channels(plan, 64, 256), pass_channels(plan, 64, 96)
+        (64, None)
+    """
+    span = _NARROW_PASS if outputs <= _NARROW else _WIDE_PASS
+    if (not plan.blocked or plan.workspace is not None or len(plan.taps) != inputs
+            or inputs < 2 * span or plan.length < _PASS_PIXELS):
         return None
-    return [(first, min(c, first + _PASS_CHANNELS)) for first in range(0, c, _PASS_CHANNELS)]
+    return span
 
 
 @dataclass(frozen=True)

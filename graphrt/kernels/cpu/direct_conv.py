@@ -37,7 +37,7 @@ Example:
     >>> in_place = np.zeros(PADDING, np.int64)        # no padding: read x itself
     >>> counters, bell = np.zeros(4, np.int64), np.zeros(1, np.int64)
     >>> conv_jobs(x, in_place, out[:0], 9, pixels, 4, taps, w, bias, out, 1, out[:0], 0,
-    ...           out[:0], 1, counters, 1, bell, True, 0, 0)
+    ...           out[:0], 1, 4, counters, 1, bell, True, 0, 0)
     True
     >>> out.tolist()
     [8.0, 12.0, 20.0, 24.0]
@@ -295,13 +295,13 @@ def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters:
 
 @numba.njit(types.boolean(FLOATS_IN, I64_IN, FLOATS, types.int64, I64_IN, types.int64,
                           flat(types.int32, True), FLOATS_IN, FLOATS_IN, FLOATS, types.int64,
-                          FLOATS_IN, types.int64, FLOATS_IN, types.int64, *JOBS), cache=True,
-            nogil=True)
+                          FLOATS_IN, types.int64, FLOATS_IN, types.int64, types.int64, *JOBS),
+            cache=True, nogil=True)
 def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: int,
               pixels: np.ndarray, length: int, taps: np.ndarray, weights: np.ndarray,
               bias: np.ndarray, out: np.ndarray, channels: int, residual: np.ndarray,
-              flags: int, bounds: np.ndarray, strip: int, counters: np.ndarray, grain: int,
-              bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+              flags: int, bounds: np.ndarray, strip: int, span: int, counters: np.ndarray,
+              grain: int, bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
     """A job function (:mod:`~graphrt.kernels.cpu.job_protocol`; ``counters`` has 2 phases):
     the convolution of ``data``, on the calling thread (``caller``) or on a helper thread
     joining it.
@@ -312,7 +312,10 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     itself. Tiles are numbered image-major, then by strip of ``strip`` tiles along the output
     (whose data stays in cache over every block), then by block of 16 output channels, then
     along the strip (so one block's packed weights stay in cache over its tiles), and
-    claimed ``grain`` at a time. ``image``: elements per
+    claimed ``grain`` at a time. A thread runs its claimed tiles over ``span`` taps at a
+    time (all of them where ``span`` is their count): the later passes start from zero and
+    add into the sums the earlier ones stored, which are still in cache, the bias and the
+    residual on the first, relu and the clip on the last. ``image``: elements per
     padded image; ``length``: output pixels per image; ``channels``: output channels;
     ``flags``: the epilogue (:data:`RESIDUAL`: add ``residual``, shaped as the output;
     :data:`RELU`; :data:`CLIP` to ``bounds``) and the output's layout (:data:`BLOCKED`)."""
@@ -326,32 +329,44 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     tiles = (length + PIXELS - 1) // PIXELS
     total = (out.shape[0] // (channels * length)) * blocks * tiles
     scratch = np.empty(CHANNELS * PIXELS, np.float32)
+    zeros = np.zeros(bias.shape[0] if span < n_taps else 0, np.float32)
+    layout = flags & BLOCKED
     while True:
         first, last = claim(counters, 0, grain, total)
         if first >= last:
             break
-        img, band, block, tile, width = tile_at(first, tiles, blocks, strip)
-        for _ in range(first, last):
-            q0 = (band * strip + tile) * PIXELS
-            count = min(PIXELS, length - q0)
-            kept = min(CHANNELS, channels - block * CHANNELS)
-            o0 = (img * channels + block * CHANNELS) * length + (
-                q0 * LANES if flags & BLOCKED else q0)
-            if kept <= LANES:
-                halves = 1 if count == PIXELS and kept == LANES else 0
-                _half_tile(weights, block * n_taps * CHANNELS, x, img * image, pixels, q0,
-                           taps, bias, block * CHANNELS, out, o0, length, scratch, halves,
-                           residual, flags, bounds)
-            else:
-                halves = 2 if count == PIXELS and kept == CHANNELS else 0
-                _tile(weights, block * n_taps * CHANNELS, x, img * image, pixels, q0, taps,
-                      bias, block * CHANNELS, out, o0, length, scratch, halves, residual,
-                      flags, bounds)
-            if not halves:
-                from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, residual,
-                             flags, bounds)
-            img, band, block, tile, width = next_tile(img, band, block, tile, width, tiles,
-                                                      blocks, strip)
+        start = tile_at(first, tiles, blocks, strip)
+        for t0 in range(0, n_taps, span):  # each pass adds into the sums of the ones before
+            t1 = min(n_taps, t0 + span)
+            part = taps[t0:t1]
+            summed = bias if t0 == 0 else zeros
+            so_far = residual if t0 == 0 else out
+            kept_flags = layout | (flags & RESIDUAL if t0 == 0 else RESIDUAL)
+            if t1 == n_taps:
+                kept_flags |= flags & (RELU | CLIP)
+            img, band, block, tile, width = start
+            for _ in range(first, last):
+                q0 = (band * strip + tile) * PIXELS
+                count = min(PIXELS, length - q0)
+                kept = min(CHANNELS, channels - block * CHANNELS)
+                o0 = (img * channels + block * CHANNELS) * length + (
+                    q0 * LANES if layout else q0)
+                w0 = (block * n_taps + t0) * CHANNELS
+                if kept <= LANES:
+                    halves = 1 if count == PIXELS and kept == LANES else 0
+                    _half_tile(weights, w0, x, img * image, pixels, q0, part, summed,
+                               block * CHANNELS, out, o0, length, scratch, halves, so_far,
+                               kept_flags, bounds)
+                else:
+                    halves = 2 if count == PIXELS and kept == CHANNELS else 0
+                    _tile(weights, w0, x, img * image, pixels, q0, part, summed,
+                          block * CHANNELS, out, o0, length, scratch, halves, so_far,
+                          kept_flags, bounds)
+                if not halves:
+                    from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, so_far,
+                                 kept_flags, bounds)
+                img, band, block, tile, width = next_tile(img, band, block, tile, width,
+                                                          tiles, blocks, strip)
         done(counters, 0, last - first)
     return finish(counters, total, bell, caller, call, spins)
 

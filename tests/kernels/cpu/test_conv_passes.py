@@ -1,7 +1,7 @@
-"""A large blocked 1x1 convolution in passes over 64 input channels
-(graphrt.kernels.cpu.conv._passes): which plans take them, and that the passes, chained
-through the residual epilogue with the bias, relu and clip on the last, compute the
-convolution (against float64) with any residual, as the one-pass kernel does."""
+"""A large blocked 1x1 convolution whose jobs run their tiles in passes over the input
+channels (graphrt.kernels.cpu.conv.pass_channels): which plans take them, and that the
+passes, each adding into the sums of the ones before with the bias and residual on the first
+and relu and clip on the last, compute the convolution (against float64) as one pass does."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from ops_harness import blocked, with_epilogue
 
 from graphrt.kernels.cpu import conv
-from graphrt.kernels.cpu.conv import Passes, conv_epilogue, direct_plan
+from graphrt.kernels.cpu.conv import conv_epilogue, direct_plan
 from graphrt.lib import TensorType
 
 pytest.importorskip("numba")
@@ -23,30 +23,29 @@ def _plan(n: int, c: int, o: int, hw: int, **kwargs: Any) -> conv.DirectPlan:
                        True, True, **kwargs)
 
 
-def test_passes_are_for_large_blocked_pointwise_convolutions_only() -> None:
-    assert conv._passes(_plan(8, 192, 32, 28), (32, 192, 1, 1), 8) == [(0, 64), (64, 128),
-                                                                  (128, 192)]
-    assert conv._passes(_plan(8, 144, 24, 56), (24, 144, 1, 1), 8) == [(0, 64), (64, 128),
-                                                                  (128, 144)]
-    assert conv._passes(_plan(8, 96, 24, 56), (24, 96, 1, 1), 8) is None  # under two passes
-    assert conv._passes(_plan(1, 576, 96, 14), (96, 576, 1, 1), 1) is None  # too little work
-    assert conv._passes(_plan(8, 960, 160, 7), (160, 960, 1, 1), 8) is None
+def test_passes_are_for_blocked_pointwise_convolutions_of_many_channels_only() -> None:
+    assert conv.pass_channels(_plan(8, 192, 32, 28), 32, 192) == 64  # narrow: short passes
+    assert conv.pass_channels(_plan(1, 144, 24, 56), 24, 144) == 64
+    assert conv.pass_channels(_plan(8, 1024, 256, 14), 256, 1024) == 128
+    assert conv.pass_channels(_plan(8, 96, 24, 56), 24, 96) is None  # under two passes
+    assert conv.pass_channels(_plan(8, 192, 256, 28), 256, 192) is None
+    assert conv.pass_channels(_plan(8, 960, 160, 7), 160, 960) is None  # 7x7: read whole
     nchw = direct_plan((8, 192, 28, 28), (32, 192, 1, 1), (8, 32, 28, 28), (1, 1), (1, 1),
                        (0, 0))
-    assert conv._passes(nchw, (32, 192, 1, 1), 8) is None
+    assert conv.pass_channels(nchw, 32, 192) is None
     three = direct_plan((8, 192, 28, 28), (32, 192, 3, 3), (8, 32, 28, 28), (1, 1), (1, 1),
                         (1, 1), True, True)
-    assert conv._passes(three, (32, 192, 3, 3), 8) is None
+    assert conv.pass_channels(three, 32, 192) is None
 
 
 @pytest.mark.parametrize(("residual", "relu", "clip"),
                          [(False, False, None), (True, True, None), (True, False, (0.0, 6.0)),
                           (False, True, None)])
+@pytest.mark.parametrize("hw", [14, 15])  # whole tiles; a last tile short of pixels
 def test_the_passes_compute_the_convolution_and_its_epilogue(
-        residual: bool, relu: bool, clip: tuple[float, float] | None,
+        residual: bool, relu: bool, clip: tuple[float, float] | None, hw: int,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    n, c, o, hw = 2, 144, 24, 14  # 3 passes, the last of 16 channels; 24 = 16 + 8 channels
-    monkeypatch.setattr(conv, "_PASS_WORK", 1)
+    n, c, o = 2, 144, 24  # 3 passes, the last of 16 channels; 24 = 16 + 8 channels
     rng = np.random.default_rng(3)
     x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
     w = (rng.standard_normal((o, c, 1, 1)) * 0.2).astype(np.float32)
@@ -59,8 +58,9 @@ def test_the_passes_compute_the_convolution_and_its_epilogue(
              TensorType(b.shape, "float32")]
     out_type = TensorType((n, o // 8, hw, hw, 8), "float32")
     results = []
-    for work in (1, 1 << 62):  # in passes, then in one
-        monkeypatch.setattr(conv, "_PASS_WORK", work)
+    for pixels in (1, 1 << 30):  # in passes, then in one
+        monkeypatch.setattr(conv, "_PASS_PIXELS", pixels)
+        conv.direct_plan.cache_clear()
         kernel = conv_epilogue(np, types, out_type, 1, (1, 1), (1, 1), (0, 0), residual, relu,
                                clip, (True, True))
         assert kernel is not None
@@ -72,13 +72,15 @@ def test_the_passes_compute_the_convolution_and_its_epilogue(
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)  # float32 sums
 
 
-def test_a_pass_call_is_prepared_once_and_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(conv, "_PASS_WORK", 1)
+def test_a_pass_call_runs_in_passes_and_again_the_same(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    monkeypatch.setattr(conv, "_PASS_PIXELS", 1)
     plan = _plan(1, 128, 16, 6)
     x = np.ones((1, 16, 6, 6, 8), np.float32)
     w = np.ones((16, 128, 1, 1), np.float32)
     out = np.empty((1, 2, 6, 6, 8), np.float32)
     call = conv._call(conv.direct_kernels(), plan, x, w, None, out, None, None, False)
-    assert isinstance(call, Passes) and len(call.calls) == 2
-    call()
-    assert np.all(out == 128.0)
+    assert isinstance(call, conv.JobCall) and call.args[-1] == 64  # two passes of 64
+    for _ in range(2):  # the second call starts again from the bias, not the stored sums
+        call()
+        assert np.all(out == 128.0)
