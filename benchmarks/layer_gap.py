@@ -2,8 +2,11 @@
 
 Profiles one model of ``examples/onnx/models.py`` (``--model``, ``--batch``) in graphrt
 (``GraphModule.profile``) and in ONNX Runtime (its own profiler, ``enable_profiling``) in one
-process, the two interleaved round by round (``--rounds``, two runs each) so that the
-machine's slow periods fall on both. The two run their nodes in different orders (ResNet's
+process, the two interleaved round by round (``--rounds``, two runs each, each after a pause
+of ``onnx_models.SETTLE_S``) so that the machine's slow periods fall on both. Without the
+pause each one's pool threads, spinning after its run, held the second core through the
+other's: MobileNetV2's 960 -> 320 projection at batch 1 profiled 1117 us in graphrt (333 us
+in plain runs). The two run their nodes in different orders (ResNet's
 downsampling branch, say), so convolutions are matched by what they compute: the weight's
 shape and the data's and output's sizes. Each such layer gets its median times summed over
 its occurrences in both, then the totals per kind: the stem and other kxk convolutions,
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,11 +70,13 @@ def main(argv: list[str] | None = None) -> None:
     ours: dict[tuple[int, Layer], list[float]] = {}
     for _ in range(args.rounds):
         module.set_input(**feeds)
+        time.sleep(onnx_models.SETTLE_S)  # the other's spinning pool threads leave the cores
         for node in module.profile(repeat=2).nodes:
             if "conv2d" in node.func_name:
                 layer = (node.input_shapes[1], nchw(node.input_shapes[0]),
                          nchw(node.output_shapes[0]))
                 ours.setdefault((node.node_id, layer), []).append(node.mean_us)
+        time.sleep(onnx_models.SETTLE_S)
         for _ in range(2):
             session.run(None, feeds)
     trace = Path(session.end_profiling())
