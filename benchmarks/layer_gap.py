@@ -2,18 +2,18 @@
 
 Profiles one model of ``examples/onnx/models.py`` (``--model``, ``--batch``) in graphrt
 (``GraphModule.profile``) and in ONNX Runtime (its own profiler, ``enable_profiling``) in one
-process, the two interleaved round by round (``--rounds``, two runs each, each after a pause
-of ``onnx_models.SETTLE_S``) so that the machine's slow periods fall on both. Without the
-pause each one's pool threads, spinning after its run, held the second core through the
-other's: MobileNetV2's 960 -> 320 projection at batch 1 profiled 1117 us in graphrt (333 us
-in plain runs). The two run their nodes in different orders (ResNet's
-downsampling branch, say), so convolutions are matched by what they compute: the weight's
-shape and the data's and output's sizes. Each such layer gets its median times summed over
-its occurrences in both, then the totals per kind: the stem and other kxk convolutions,
-depthwise ones, 1x1 expansions (more output channels than input) and 1x1 projections
-(fewer). ONNX Runtime runs on as many intra-op threads as graphrt
-(``onnx_models.ort_session``). The profilers time each node alone, with their own overheads:
-the per-kind ratios say where the gap is, ``peers.py`` what a user waits for.
+process, the two interleaved round by round (``--rounds``; each after a pause of
+``onnx_models.SETTLE_S``, one warm-up run, then two timed ones) so that the machine's slow
+periods fall on both. Without the pause each one's pool threads, spinning after its run, held
+the second core through the other's: MobileNetV2's 960 -> 320 projection at batch 1 profiled
+1117 us in graphrt (333 us in plain runs). The two run their nodes in different orders
+(ResNet's downsampling branch, say), so convolutions are matched by what they compute: the
+weight's shape and the data's and output's sizes. Each such layer gets its median times summed
+over its occurrences in both, then the totals per kind: the stem and other kxk convolutions,
+depthwise ones, 1x1 expansions (more output channels than input) and 1x1 projections (fewer).
+ONNX Runtime runs on as many intra-op threads as graphrt (``onnx_models.ort_session``). The
+profilers time each node alone, with their own overheads: the per-kind ratios say where the
+gap is, ``peers.py`` what a user waits for.
 
 Usage: ``python benchmarks/layer_gap.py [--model mobilenet_v2] [--batch 8] [--rounds 8]
 [--quiet]`` (``--quiet``: the totals only).
@@ -31,6 +31,10 @@ from pathlib import Path
 import onnx_models
 
 import graphrt
+
+_TIMED = 2
+"""Runs each contender times per round, after one warm-up run of its own (the first run
+after the pause ran up to a third longer in ONNX Runtime)."""
 
 Layer = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 """A convolution as matched: its weight's shape (OIHW), the data's and the output's ``N, C,
@@ -71,13 +75,13 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.rounds):
         module.set_input(**feeds)
         time.sleep(onnx_models.SETTLE_S)  # the other's spinning pool threads leave the cores
-        for node in module.profile(repeat=2).nodes:
+        for node in module.profile(repeat=_TIMED).nodes:
             if "conv2d" in node.func_name:
                 layer = (node.input_shapes[1], nchw(node.input_shapes[0]),
                          nchw(node.output_shapes[0]))
                 ours.setdefault((node.node_id, layer), []).append(node.mean_us)
         time.sleep(onnx_models.SETTLE_S)
-        for _ in range(2):
+        for _ in range(1 + _TIMED):  # as profile(): a warm-up run (dropped below), then two
             session.run(None, feeds)
     trace = Path(session.end_profiling())
     events = json.loads(trace.read_text())
@@ -95,7 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     for side, times in ((0, ours), (1, theirs)):
         for (_, layer), values in times.items():
             layers.setdefault(layer, [0.0, 0.0, 0, 0])
-            layers[layer][side] += statistics.median(values[3:] if side else values)
+            if side:  # the 3 runs before the rounds, then each round's warm-up run
+                values = [v for i, v in enumerate(values[3:]) if i % (1 + _TIMED)]
+            layers[layer][side] += statistics.median(values)
             layers[layer][2 + side] += 1
     print(f"{args.model} batch {args.batch}: graphrt (profile) and ONNX Runtime (profiler), "
           f"us, medians of {args.rounds} interleaved rounds, summed per layer")
