@@ -132,11 +132,13 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     if kernels is None or any(t.dtype != "float32" for t in (*inputs, out)):
         return None
     if op == "dense":
-        transposed, has_bias = True, len(inputs) == 3
+        if epilogue.bias and len(inputs) == 3:  # a bias of its own, and one more after
+            return None
+        transposed, has_bias = True, len(inputs) == 3 or epilogue.bias
     elif getattr(attrs, "transpose_a", False) or len(inputs) != 2:
         return None
     else:
-        transposed, has_bias = bool(getattr(attrs, "transpose_b", False)), False
+        transposed, has_bias = bool(getattr(attrs, "transpose_b", False)), epilogue.bias
     x, w = inputs[0], inputs[1]
     if len(w.shape) != 2 or len(x.shape) < 2 or 0 in out.shape:
         return None
@@ -144,7 +146,8 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     n = w.shape[0] if transposed else w.shape[1]
     if out.shape != (*x.shape[:-1], n):
         return None
-    n_in, residual_at = len(inputs), epilogue.residual
+    n_in, residual_at = len(inputs) + epilogue.bias, epilogue.residual
+    own = len(inputs)  # the op's own inputs: the reference adds no bias of the epilogue's
     blocks = -(-m // _ROWS)
     chunk = max(1, min(blocks, _CHUNK_BYTES // ((k + 1) * _ROWS * 4)))
     few = m < MIN_ROWS  # matrix-vector products, a row at a time
@@ -167,9 +170,11 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
                 and (bias is None or is_frozen(bias))):
             product = (_numpy_product(op, transposed, arrays[0], weight, bias, result) if plain
                        else None)
-            return partial(_reference_call, product or partial(reference, *arrays[:n_in],
-                                                               result),
-                           result, residual, epilogue)
+            if product is None:
+                product = partial(reference, *arrays[:own], result)
+                if epilogue.bias:  # then the bias, as the add step after it would
+                    product = partial(_then_add, product, result, bias)
+            return partial(_reference_call, product, result, residual, epilogue)
         columns = derived(weight, ("dense", transposed, id(bias)), lambda: pack_columns(
             weight, transposed, bias))
         flat = result.reshape(-1)
@@ -201,6 +206,11 @@ def _jobs_call(jobs: Any, parallel: bool, args: tuple[Any, ...], grain: int) -> 
     run_jobs(jobs, parallel and not blas_holders(), (*args, np.zeros(2, np.int64), grain))
 
 
+def _then_add(product: Callable[[], None], result: Any, bias: Any) -> None:
+    product()
+    np.add(result, bias, out=result)
+
+
 def _reference_call(product: Callable[[], None], result: Any, residual: Any,
                     epilogue: Epilogue) -> None:
     product()
@@ -219,7 +229,9 @@ def _numpy_product(op: str, transposed: bool, x: Any, weight: Any, bias: Any, re
         return None
     right = weight.T if transposed else weight
     if op == "matmul":
-        return partial(np.matmul, x, right, out=result)
+        if bias is None:
+            return partial(np.matmul, x, right, out=result)
+        return partial(_product_and_bias, x, right, result, bias)
     rows = result.size // weight.shape[0]
     data, out = x.reshape(rows, x.shape[-1]), result.reshape(rows, weight.shape[0])
     if bias is None:

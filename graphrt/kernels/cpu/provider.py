@@ -16,11 +16,12 @@
   float64; :mod:`graphrt.kernels.cpu.row_kernels`).
 - ``dense``, ``matmul``, ``batch_matmul`` by a 2-D weight that is a param, float32, with at
   least 16 rows (or fewer, in a graph with compiled convolutions): the packed product on the
-  helper threads, with its ``+ residual`` / relu / clip epilogue
-  (:mod:`graphrt.kernels.cpu.dense`); ``matmul`` and ``batch_matmul`` of two float32
-  activations of the same leading dimensions (attention's) on the same micro-kernel, both
-  read in place (:mod:`graphrt.kernels.cpu.batch_product`), while no product of the graph
-  runs on BLAS; otherwise the reference under the graph's BLAS thread policy (below).
+  helper threads, with its ``+ bias`` (ONNX's MatMul -> Add, packed with the weight) /
+  ``+ residual`` / relu / clip epilogue (:mod:`graphrt.kernels.cpu.dense`); ``matmul`` and
+  ``batch_matmul`` of two float32 activations of the same leading dimensions (attention's)
+  on the same micro-kernel, both read in place (:mod:`graphrt.kernels.cpu.batch_product`),
+  while no product of the graph runs on BLAS; otherwise the reference under the graph's
+  BLAS thread policy (below).
 - runs of elementwise steps: one compiled loop per run (static shapes only;
   :mod:`graphrt.kernels.cpu.loops`).
 
@@ -117,7 +118,7 @@ class CpuProvider:
                 outputs: Sequence[TensorType], epilogue: Epilogue, *, dynamic: bool,
                 xp: Any) -> Prepared | None:
         name = op.name
-        if epilogue.bias:  # the cpu's kernels add no bias vector: the fused loop after does
+        if epilogue.bias and name not in _GEMMS:  # only the products pack a bias (dense.py)
             return None
         if getattr(attrs, "layout", "NCHW") == "NHWC" or (
                 name == "conv2d" and any(conv2d_channels_last(attrs))):
@@ -146,12 +147,14 @@ class CpuProvider:
                 name, attrs, inputs, outputs[0], epilogue, self._gemm_of(op, attrs, inputs,
                                                                          outputs[0], xp),
                 self._parallel, lambda: self.crew, lambda: not self.crew)
-            if packed is None and not dynamic:
+            if packed is None and not dynamic and not epilogue.bias:
                 packed = batch_product_call(
                     name, attrs, inputs, outputs[0], epilogue,
                     self._gemm_of(op, attrs, inputs, outputs[0], xp), self._parallel)
             if packed is not None:
                 return packed
+            if epilogue.bias:  # the steps run apart, and the product alone decides
+                return None
             self.blas_gemms = True
         if epilogue:
             return None

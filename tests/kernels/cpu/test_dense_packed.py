@@ -13,7 +13,7 @@ import graphrt
 from graphrt.devices.frozen import freeze
 from graphrt.kernels import NO_EPILOGUE, Epilogue, chain
 from graphrt.kernels.cpu.dense import MIN_ROWS, dense_call
-from graphrt.lib import TensorType
+from graphrt.lib import Library, TensorType
 from graphrt.ops import get_op
 
 pytest.importorskip("numba")
@@ -281,3 +281,82 @@ def test_packed_weights_start_a_cache_line() -> None:
     assert integer is not None
     packs.append(integer.weights)
     assert all(pack.ctypes.data % ALIGNMENT == 0 for pack in packs)
+
+
+@pytest.mark.parametrize("epilogue", [Epilogue(bias=True), Epilogue(bias=True, relu=True),
+                                      Epilogue(bias=True, residual=True),
+                                      Epilogue(bias=True, residual=True, clip=(-1.0, 1.0))])
+@pytest.mark.parametrize("frozen", [True, False])
+@pytest.mark.parametrize("rows", [(29,), (2, 20), (3,)])  # tiles of 6 rows; a row at a time
+def test_a_matmul_takes_the_add_of_a_bias_after_it(epilogue: Epilogue, frozen: bool,
+                                                    rows: tuple[int, ...]) -> None:
+    """ONNX's MatMul -> Add(bias): packed with the weight where it is a param, else added
+    after the reference's product, as the add step would (bitwise)."""
+    k, n = 20, 37
+    x = RNG.standard_normal((*rows, k)).astype(np.float32)
+    w = RNG.standard_normal((k, n)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    r = RNG.standard_normal((*rows, n)).astype(np.float32)
+    if frozen:
+        w, b = _frozen(w), _frozen(b)
+    op = get_op("matmul")
+    out_type = TensorType((*rows, n), "float32")
+    prepared = dense_call("matmul", op.attrs(), _types(x, w), out_type, epilogue,
+                          _reference("matmul", op.attrs(), 2))
+    assert prepared is not None
+    out = np.empty(out_type.shape, np.float32)
+    _call(prepared, x, w, b, *([r] if epilogue.residual else []), out)
+    want = np.matmul(x, w) + b
+    if epilogue.residual:
+        want += r
+    if epilogue.relu:
+        want = np.maximum(want, 0)
+    if epilogue.clip is not None:
+        want = np.clip(want, *epilogue.clip)
+    if frozen:
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    else:
+        np.testing.assert_array_equal(out, want)  # the reference's calls, in the same order
+
+
+def test_a_dense_with_a_bias_of_its_own_takes_no_second_one() -> None:
+    x, w, b = (np.zeros(s, np.float32) for s in ((32, 8), (4, 8), (4,)))
+    op = get_op("dense")
+    assert dense_call("dense", op.attrs(), _types(x, w, b), TensorType((32, 4), "float32"),
+                      Epilogue(bias=True), _reference("dense", op.attrs(), 3)) is None
+
+
+def test_an_onnx_matmul_and_add_lower_to_one_call_on_the_cpu() -> None:
+    """The encoder's projections (MatMul -> Add(bias) -> Add(residual)) run as one kernel:
+    the product stores its sums with the bias and the residual added."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = RNG.standard_normal((16, 24)).astype(np.float32)
+    b = RNG.standard_normal(24).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),
+             helper.make_node("Add", ["b", "p"], ["q"]),  # the bias first, as exporters write
+             helper.make_node("Add", ["q", "r"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 30, 16]),
+                     helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 30, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 30, 24])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    module = graphrt.from_onnx(onnx.ModelProto.FromString(model.SerializeToString())).create(
+        graphrt.cpu(0))
+    x = RNG.standard_normal((2, 30, 16)).astype(np.float32)
+    r = RNG.standard_normal((2, 30, 24)).astype(np.float32)
+    (y,) = module(x=x, r=r)
+    np.testing.assert_allclose(y, x @ w + b + r, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_and_the_adds_of_a_bias_and_a_residual_lower_to_one_call() -> None:
+    lib = Library()
+    fn = lib.define("projection", {"inputs": ["x", "w", "b", "r"], "outputs": ["y"], "body": [
+        {"op": "matmul", "inputs": ["x", "w"], "outputs": ["p"]},
+        {"op": "add", "inputs": ["b", "p"], "outputs": ["q"]},
+        {"op": "add", "inputs": ["q", "r"], "outputs": ["y"]}]})
+    types = [TensorType(s, "float32") for s in ((2, 30, 16), (16, 24), (24,), (2, 30, 24))]
+    lowering = fn.lower(types, [types[-1]], kernels=chain("cpu", np), where="test", fuse=True)
+    assert len(lowering.calls) == 1
