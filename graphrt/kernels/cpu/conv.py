@@ -261,7 +261,7 @@ def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     return JobCall(kernels.conv_jobs, plan.parallel, (
         data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
         summed, flat, o, *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out),
-        plan.strip, pass_channels(plan, o, c) or len(plan.taps)), 4, plan.grain)
+        plan.strip, pass_channels(plan, o, c) or max(1, len(plan.taps))), 4, plan.grain)
 
 
 _NARROW = 128

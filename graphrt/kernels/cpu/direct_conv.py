@@ -336,7 +336,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
         if first >= last:
             break
         start = tile_at(first, tiles, blocks, strip)
-        for t0 in range(0, n_taps, span):  # each pass adds into the sums of the ones before
+        for t0 in range(0, max(n_taps, 1), span):  # each pass adds into the earlier sums
             t1 = min(n_taps, t0 + span)
             part = taps[t0:t1]
             summed = bias if t0 == 0 else zeros

@@ -84,3 +84,18 @@ def test_a_pass_call_runs_in_passes_and_again_the_same(monkeypatch: pytest.Monke
     for _ in range(2):  # the second call starts again from the bias, not the stored sums
         call()
         assert np.all(out == 128.0)
+
+
+def test_a_convolution_of_no_input_channels_stores_its_bias_and_epilogue() -> None:
+    """No taps, so no pass to run: the job still stores every tile (the bias, then relu)."""
+    types = [TensorType((1, 0, 5, 5), "float32"), TensorType((8, 0, 3, 3), "float32"),
+             TensorType((8,), "float32")]
+    kernel = conv_epilogue(np, types, TensorType((1, 8, 5, 5), "float32"), 1, (1, 1), (1, 1),
+                           (1, 1), False, True)
+    assert kernel is not None
+    bias = np.arange(8, dtype=np.float32) - 3
+    out = np.full((1, 8, 5, 5), np.nan, np.float32)
+    kernel(np.zeros((1, 0, 5, 5), np.float32), np.zeros((8, 0, 3, 3), np.float32), bias, out,
+           np.zeros(0, np.float32))
+    np.testing.assert_array_equal(out, np.broadcast_to(np.maximum(bias, 0)[None, :, None, None],
+                                                       out.shape))
