@@ -227,18 +227,9 @@ def _numpy_product(op: str, transposed: bool, x: Any, weight: Any, bias: Any, re
     if op not in ("dense", "matmul") or not (x.flags.c_contiguous
                                              and result.flags.c_contiguous):
         return None
-    right = weight.T if transposed else weight
-    if op == "matmul":
-        if bias is None:
-            return partial(np.matmul, x, right, out=result)
-        return partial(_product_and_bias, x, right, result, bias)
-    rows = result.size // weight.shape[0]
-    data, out = x.reshape(rows, x.shape[-1]), result.reshape(rows, weight.shape[0])
-    if bias is None:
-        return partial(np.matmul, data, right, out=out)
-    return partial(_product_and_bias, data, right, out, bias)
-
-
-def _product_and_bias(data: Any, right: Any, out: Any, bias: Any) -> None:
-    np.matmul(data, right, out=out)
-    np.add(out, bias, out=out)
+    right, out = (weight.T if transposed else weight), result
+    if op == "dense":  # its reference's 2-D views
+        rows = result.size // weight.shape[0]
+        x, out = x.reshape(rows, x.shape[-1]), result.reshape(rows, weight.shape[0])
+    product = partial(np.matmul, x, right, out=out)
+    return product if bias is None else partial(_then_add, product, out, bias)
