@@ -134,7 +134,8 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
                       max(1, _PAD_JOB // (block * hp * wp)), block, blocked_in)
     pixels.flags.writeable = padding.flags.writeable = False
     jobs = n * -(-o // _CHANNELS) * tiles
-    strip = strip_tiles(4 * c * wp, hp, (kh - 1) * dh, sh, ow, tiles)
+    strip = strip_tiles(4 * c * wp, hp, (kh - 1) * dh, sh, ow, tiles, 4 * o * c * kh * kw,
+                        min(rows, oh * kh))
     return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
                       blocked, padding, pixels, taps.astype(np.int32), blocked_out)
@@ -156,20 +157,35 @@ output channels runs over it: a quarter of a core's L2 here (AMD EPYC, 512 KiB).
 strip per image, ResNet-18's 56x56 and 28x28 layers ran 2-9% faster (0.5-4% with 256 KiB
 strips)."""
 
+_CACHE_BYTES = 1 << 19
+"""A core's L2 here (AMD EPYC, 512 KiB): the most data a strip of the whole image reads
+where the weights outweigh it (:func:`strip_tiles`)."""
+
 _WHOLE_BYTES = 1 << 18
-"""Padded image (bytes) up to which one strip takes the whole image: there the weights are
-the larger part (ResNet-18's 14x14 and 7x7 layers: 2.4-9.4 MB of weights), and each strip
-reads all of them again (the 7x7 layers at batch 1 ran 5% faster, the strided 14x14 one
-7%)."""
+"""Padded image (bytes) up to which one strip takes the whole image (ResNet-18's 14x14 and
+7x7 layers: the 7x7 layers at batch 1 ran 5% faster, the strided 14x14 one 7%). A larger
+image is one strip too where its weights outweigh it (:func:`strip_tiles`)."""
 
 def strip_tiles(row_bytes: int, rows: int, reach: int, stride: int, width: int,
-                tiles: int) -> int:
+                tiles: int, weight_bytes: int = 0, read_rows: int = 0) -> int:
     """Tiles of a strip of a direct convolution's output (:attr:`DirectPlan.strip`), whose
     padded data rows of ``row_bytes`` (``rows`` of them in an image; ``reach`` more than
     the output rows read, at ``stride``) stay in cache while every block of output channels
-    runs over it: about :data:`_STRIP_BYTES`, or the whole image up to
-    :data:`_WHOLE_BYTES`. ``width``: output pixels per row."""
-    if row_bytes * rows <= _WHOLE_BYTES:
+    runs over it: about :data:`_STRIP_BYTES`; or the whole image, up to
+    :data:`_WHOLE_BYTES`, or up to :data:`_CACHE_BYTES` of the ``read_rows`` its windows
+    touch where the weights (``weight_bytes``) outweigh those. ``width``: output pixels per
+    row.
+
+    Every strip reads all the weights again; every block of output channels reads the
+    strip's data, from a core's L2 where it fits. ResNet-50's last stage at batch 1 (4-9 MB
+    of weights, 0.4-0.5 MB of data read) took strips of one or two tiles by the data's size
+    alone and so read its weights 5 to 9 times over: as one strip, its strided 3x3 and 1x1
+    layers ran 0.74-0.85x and 0.65-0.90x as long in the model (per-node profiles of both
+    plans, interleaved), at batch 8 0.94-1.06x and 0.87-1.08x. Data that does not fit (the
+    14x14 layers' 0.8 MB) lost the other way (1.08-1.33x at batch 1)."""
+    image = row_bytes * rows
+    read = row_bytes * (read_rows or rows)
+    if image <= _WHOLE_BYTES or read <= min(_CACHE_BYTES, weight_bytes):
         return tiles
     band = max(1, (_STRIP_BYTES // row_bytes - reach) // stride)  # output rows
     return min(tiles, max(1, band * width // _PIXELS))
@@ -269,7 +285,8 @@ _NARROW = 128
 :data:`_WIDE_PASS` (:func:`pass_channels`)."""
 _NARROW_PASS, _WIDE_PASS = 64, 128
 _PASS_PIXELS = 196
-"""Output pixels per image (14x14) below which a 1x1 convolution runs in one pass."""
+"""Output pixels per image (14x14) below which a 1x1 convolution runs in one pass, unless
+its image's data is over :data:`_WHOLE_BYTES` (:func:`pass_channels`)."""
 
 
 def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
@@ -285,8 +302,11 @@ def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
     the models' context, per layer against one pass (batch 8; ``benchmarks/layer_gap.py``
     style interleaved profiles): ResNet-50's 256 -> 64 at 56x56 0.52-0.57x as long,
     1024 -> 256 at 14x14 0.77-0.79x, 512 -> 128 at 28x28 0.73x; MobileNetV2's 192 -> 32 at
-    28x28 0.51-0.64x, 576 -> 96 at 14x14 0.72-0.74x. At 7x7 an image's data is read whole
-    into cache and passes lost (512 -> 2048: 1.01-1.09x at batch 8, 1.07-1.14x at 1).
+    28x28 0.51-0.64x, 576 -> 96 at 14x14 0.72-0.74x. At 7x7 an image's data of 512
+    channels is read whole into cache and passes lost (512 -> 2048: 1.01-1.09x at batch 8,
+    1.07-1.14x at 1; MobileNetV2's 960 -> 160, 188 KiB of data: 1.12-1.18x at batch 1);
+    where it is over :data:`_WHOLE_BYTES` they pay again (ResNet-50's 2048 -> 512, 392
+    KiB: 0.92-0.99x at batch 1, 0.91-0.92x at 8).
 
     Example:
         >>> plan = direct_plan((8, 256, 56, 56), (64, 256, 1, 1), (8, 64, 56, 56), (1, 1),
@@ -296,7 +316,8 @@ def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
     """
     span = _NARROW_PASS if outputs <= _NARROW else _WIDE_PASS
     if (not plan.blocked or plan.workspace is not None or len(plan.taps) != inputs
-            or inputs < 2 * span or plan.length < _PASS_PIXELS):
+            or inputs < 2 * span
+            or (plan.length < _PASS_PIXELS and 4 * plan.image <= _WHOLE_BYTES)):
         return None
     return span
 

@@ -99,6 +99,7 @@ def test_strips_of_tiles_cover_the_output_once(monkeypatch: pytest.MonkeyPatch) 
                                  (1, 1), (1, 1)).strip < -(-1000 // 6)
     monkeypatch.setattr(host_conv, "_STRIP_BYTES", 4 * 3 * 12 * 5)  # 3 output rows a strip
     monkeypatch.setattr(host_conv, "_WHOLE_BYTES", 0)
+    monkeypatch.setattr(host_conv, "_CACHE_BYTES", 0)  # its weights outweigh its data
     host_conv.direct_plan.cache_clear()
     conv_plan.cache_clear()
     try:
@@ -110,6 +111,28 @@ def test_strips_of_tiles_cover_the_output_once(monkeypatch: pytest.MonkeyPatch) 
         conv_plan.cache_clear()
     np.testing.assert_allclose(got, reference(x, w, None, (1, 1), (1,) * 4, (1, 1), 1),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_an_image_is_one_strip_where_its_weights_outweigh_the_data_it_reads() -> None:
+    from graphrt.kernels.cpu import conv as host_conv
+
+    def strip(c: int, o: int, k: int, stride: int, hw: int) -> tuple[int, int]:
+        out = (hw + 2 * (k // 2) - k) // stride + 1
+        plan = host_conv.direct_plan((1, c, hw, hw), (o, c, k, k), (1, o, out, out),
+                                     (stride, stride), (1, 1), (k // 2, k // 2), True, True)
+        return plan.strip, -(-out * out // 6)
+
+    # ResNet-50's last stage: 9.4 and 8 MB of weights over 0.45 and 0.39 MB read (the
+    # strided 1x1 reads every second row of its 0.8 MB)
+    for layer in [(512, 512, 3, 2, 14), (1024, 2048, 1, 2, 14), (2048, 512, 1, 1, 7)]:
+        got, tiles = strip(*layer)
+        assert got == tiles, layer
+    # 0.8 MB read does not stay in a core's L2: strips, though the weights outweigh it
+    got, tiles = strip(1024, 256, 1, 1, 14)
+    assert got < tiles
+    # the data outweighs the weights: strips
+    got, tiles = strip(128, 128, 3, 2, 56)
+    assert got < tiles
 
 
 def test_a_padded_copy_of_whole_channel_blocks_is_blocked_and_packs_its_weight_so() -> None:
