@@ -11,8 +11,8 @@ Operands are read as the output's flat index (same shape), one value (size 1), o
 of a two-level loop (a trailing or a leading block of the output's axes); other broadcasts
 leave the run unfused. Every step's result is cast to its dtype, so ``+ - * /`` in float32
 are bitwise what numpy computes; the transcendental functions compute in float64 and round
-once (erf of float32 by a rational approximation accurate to 1.6 float32 ulps, which
-vectorizes, where libm's erf is a call per element; docs/performance.md). float16
+once, except erf of float32: a rational approximation in float32 within 5.2 ulps, eight
+lanes a vector, where libm's erf is a call per element (docs/performance.md). float16
 and bfloat16 runs stay on the numpy path. A long stretch of steps that each combine the
 previous result with one value (a chain of Add/Mul with constants) runs as an inner loop over
 a table of operations, so it compiles in constant time.
@@ -138,9 +138,10 @@ integer in the dtype's range, so ``value - zero`` in float32 is the exact differ
 integer round trip gives it, without two conversions per element (a QDQ GELU, five
 quantize-dequantize pairs, ran 1.5 ns an element slower for each)."""
 
-_ERF32 = "_erf32(_f64({0}))"
-"""erf of a float32 step: a rational approximation accurate to float32 (the generated module's
-``_erf32``), several times faster than libm's float64 erf, which the numpy path matches."""
+_ERF32 = "_erf32(_np.float32({0}))"
+"""erf of a float32 step: a rational approximation in float32, within 5.2 ulps (the generated
+module's ``_erf32``), several times faster than libm's float64 erf, which the numpy path
+matches."""
 
 _CHAIN = {"in0 + in1": (0, 0), "in0 * in1": (1, 1), "in0 - in1": (2, 3), "in0 / in1": (4, 5)}
 """Chainable ops: opcode when the carried value is the first input, and when the second."""
@@ -458,22 +459,27 @@ _f64 = _np.float64
 
 @_numba.njit(inline="always", cache=True)
 def _erf32(x):
-    # erf to float32 accuracy (|error| under 1.6 float32 ulps): Eigen's rational
-    # approximation on [-4, 4], in float64, its polynomials in fused multiply-adds. It
-    # vectorizes; libm's erf is a call per element.
-    x = min(max(x, -4.0), 4.0)
+    # erf of float32 within 5.2 float32 ulps: Eigen's rational approximation in float32,
+    # its polynomials in fused multiply-adds, +-1 from where erf rounds to it (3.8325...;
+    # NaN stays NaN: the selects compare false). Eight lanes a vector; libm's erf is a call
+    # per element, and this in float64 (1.6 ulps) took twice as long.
+    f = _np.float32
+    x = f(-4.0) if x < f(-4.0) else x
+    x = f(4.0) if x > f(4.0) else x
     x2 = x * x
-    p = _muladd(x2, -2.72614225801306e-10, 2.77068142495902e-08)
-    p = _muladd(x2, p, -2.10102402082508e-06)
-    p = _muladd(x2, p, -5.69250639462346e-05)
-    p = _muladd(x2, p, -7.34990630326855e-04)
-    p = _muladd(x2, p, -2.95459980854025e-03)
-    p = _muladd(x2, p, -1.60960333262415e-02)
-    q = _muladd(x2, -1.45660718464996e-05, -2.13374055278905e-04)
-    q = _muladd(x2, q, -1.68282697438203e-03)
-    q = _muladd(x2, q, -7.37332916720468e-03)
-    q = _muladd(x2, q, -1.42647390514189e-02)
-    return x * p / q
+    p = _muladd(x2, f(-2.72614225801306e-10), f(2.77068142495902e-08))
+    p = _muladd(x2, p, f(-2.10102402082508e-06))
+    p = _muladd(x2, p, f(-5.69250639462346e-05))
+    p = _muladd(x2, p, f(-7.34990630326855e-04))
+    p = _muladd(x2, p, f(-2.95459980854025e-03))
+    p = _muladd(x2, p, f(-1.60960333262415e-02))
+    q = _muladd(x2, f(-1.45660718464996e-05), f(-2.13374055278905e-04))
+    q = _muladd(x2, q, f(-1.68282697438203e-03))
+    q = _muladd(x2, q, f(-7.37332916720468e-03))
+    q = _muladd(x2, q, f(-1.42647390514189e-02))
+    r = x * p / q
+    r = f(1.0) if x >= f(3.832506856900711) else r
+    return f(-1.0) if x <= f(-3.832506856900711) else r
 
 
 @_numba.njit(inline="always", cache=True)

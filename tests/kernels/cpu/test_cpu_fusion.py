@@ -129,7 +129,7 @@ def test_transcendental_runs_agree_with_the_numpy_path() -> None:
     assert np.array_equal(np.isnan(fused), np.isnan(plain))
 
 
-def test_float32_erf_is_within_two_ulps_of_the_exact_value() -> None:
+def test_float32_erf_is_within_six_ulps_of_the_exact_value() -> None:
     import math
 
     x = np.concatenate([np.linspace(-6, 6, 20001), [0.0, -0.0, 1e-30, -1e-30, 1e-8, 3.9, 4.0,
@@ -142,7 +142,7 @@ def test_float32_erf_is_within_two_ulps_of_the_exact_value() -> None:
     finite = ~np.isnan(exact)
     ulps = np.abs(fused[finite] - exact[finite]) / np.spacing(
         np.abs(exact[finite]).astype("float32")).astype("float64")
-    assert ulps.max() <= 2
+    assert ulps.max() <= 6  # evaluated in float32 (5.2 at worst: docs/performance.md)
     assert np.isnan(fused[~finite]).all()
     assert fused[x32 == np.inf][0] == 1 and fused[x32 == -np.inf][0] == -1
 
