@@ -3,15 +3,17 @@ the compiled kernel of :mod:`graphrt.kernels.cpu.direct_conv` over the cores.
 
 A 2-D float32 convolution of one group runs with no im2col and no GEMM: the threads of the
 call first copy the data into a padded buffer together (the workspace; data that needs no
-padding is read in place), the weight is packed 16 output channels at a time once per loaded
-weight (:func:`graphrt.devices.frozen.derived`), and the tiles of 16 channels x 6 pixels are run
-on the calling thread and helper threads, one per other core (the compiled kernel releases
-the GIL; :mod:`graphrt.kernels.cpu.crew`). Threads claim tiles a few at a time from a
-shared counter, so a helper that starts late takes less or none of the work, and the calling
-thread returns once every tile is done. Safe to call from several threads at once: one
-caller at a time has the helpers, the others run alone. A 1x1 convolution without padding
-runs the pointwise kernel the same way (:class:`PointwisePlan`), and either adds a residual
-and applies relu as it stores (:func:`run_plan`'s ``residual`` and ``relu``).
+padding is read in place, except a wide blocked 1x1 convolution's, copied into panels of 6
+pixels per tile: :data:`_PANEL_OUTPUTS`), the weight is packed 16 output channels at a time
+once per loaded weight (:func:`graphrt.devices.frozen.derived`), and the tiles of 16
+channels x 6 pixels are run on the calling thread and helper threads, one per other core
+(the compiled kernel releases the GIL; :mod:`graphrt.kernels.cpu.crew`). Threads claim tiles
+a few at a time from a shared counter, so a helper that starts late takes less or none of
+the work, and the calling thread returns once every tile is done. Safe to call from several
+threads at once: one caller at a time has the helpers, the others run alone. A 1x1
+convolution without padding runs the pointwise kernel the same way (:class:`PointwisePlan`),
+and either adds a residual and applies relu as it stores (:func:`run_plan`'s ``residual``
+and ``relu``).
 
 Example:
     >>> plan = direct_plan((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 8, 8), (1, 1), (1, 1),
@@ -67,9 +69,9 @@ class DirectPlan:
     """A direct convolution at given shapes.
 
     Attributes:
-        workspace: the padded data buffer's shape (flat), None where the data is read in
-            place.
-        image: elements per (padded) image.
+        workspace: the padded data buffer's (or the panels') shape (flat), None where the
+            data is read in place.
+        image: elements per (padded, or packed) image.
         length: output pixels per image.
         jobs: tiles (16 output channels x 6 pixels) over the batch.
         grain: tiles a thread claims at a time.
@@ -128,17 +130,45 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
                               itertools.product(range(c), range(kh), range(kw))))
     taps = np.array([cb * hp * wp * block + (i * dh * wp + j * dw) * block + ci
                      for cb, i, j, ci in order], np.int64)
-    padding = np.zeros(10, np.int64)  # direct_conv.PADDING entries
-    if not in_place:
-        padding[:] = (n * c, h, width, hp, wp, top, left,
-                      max(1, _PAD_JOB // (block * hp * wp)), block, blocked_in)
-    pixels.flags.writeable = padding.flags.writeable = False
+    padding = np.zeros(11, np.int64)  # direct_conv.PADDING entries
+    image = c * hp * wp
     jobs = n * -(-o // _CHANNELS) * tiles
     strip = strip_tiles(4 * c * wp, hp, (kh - 1) * dh, sh, ow, tiles, 4 * o * c * kh * kw,
                         min(rows, oh * kh))
-    return DirectPlan(None if in_place else (n * c * hp * wp,), c * hp * wp, length, jobs,
+    if (blocked_in and in_place and kh == kw == 1 and c % _BLOCK == 0
+            and c >= _PANEL_CHANNELS and o >= _PANEL_OUTPUTS):
+        image = tiles * c * _PIXELS  # panels: per tile, per block, its 6 pixels' channels
+        q = np.arange(tiles * _PIXELS, dtype=np.int64)
+        pixels = q // _PIXELS * c * _PIXELS + q % _PIXELS * _BLOCK
+        taps = np.arange(c) // _BLOCK * _PIXELS * _BLOCK + np.arange(c) % _BLOCK
+        padding[:] = (n * c, h, width, c, ow, length, sh,
+                      max(1, _PAD_JOB // (c * _PIXELS)), sw, 1, 1)
+        strip = strip_tiles(4 * c * _PIXELS, tiles, 0, 1, _PIXELS, tiles, 4 * o * c)
+    elif not in_place:
+        padding[:] = (n * c, h, width, hp, wp, top, left,
+                      max(1, _PAD_JOB // (block * hp * wp)), block, blocked_in, 0)
+    pixels.flags.writeable = padding.flags.writeable = False
+    return DirectPlan(None if not padding[0] else (n * image,), image, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
                       blocked, padding, pixels, taps.astype(np.int32), blocked_out)
+
+
+_PANEL_OUTPUTS = 256
+"""Output channels from which a blocked 1x1 convolution of :data:`_PANEL_CHANNELS` input
+channels or more reads its data from panels, copied by the call's threads first
+(:func:`graphrt.kernels.cpu.direct_conv.conv_jobs`' copy phase): per tile and block of 8
+channels, its 6 pixels' data side by side (at the strides), so that a tile reads one stream
+of memory where in place it read one per block, more than the prefetchers follow. The copy
+(a read and a write of the data) is shared by every block of 16 output channels, and pays
+from 16 of them. One thread, weights in cache, against in place: ResNet-50's 1024 -> 2048
+(stride 2) 0.78x, 2048 -> 512 0.77x, 1024 -> 256 0.84x, 256 -> 1024 0.95x. In ResNet-50 at
+batch 1 (per-node profiles of both plans, interleaved), its wide 1x1 layers ran 0.74-0.99x
+as long (the model 0.95-0.97x), at batch 8 0.70-0.98x (0.96x); the narrow ones (64 and 128
+outputs, 56x56 and 28x28) 1.08-1.26x, and MobileNetV2's 576 -> 160 1.08x, so those keep
+their passes (:func:`pass_channels`); MobileNetV2's wide ones ran level."""
+
+_PANEL_CHANNELS = 128
+"""Input channels from which a wide 1x1 convolution reads panels (:data:`_PANEL_OUTPUTS`)."""
 
 
 _BLOCK = 8
@@ -285,8 +315,7 @@ _NARROW = 128
 :data:`_WIDE_PASS` (:func:`pass_channels`)."""
 _NARROW_PASS, _WIDE_PASS = 64, 128
 _PASS_PIXELS = 196
-"""Output pixels per image (14x14) below which a 1x1 convolution runs in one pass, unless
-its image's data is over :data:`_WHOLE_BYTES` (:func:`pass_channels`)."""
+"""Output pixels per image (14x14) below which a 1x1 convolution runs in one pass."""
 
 
 def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
@@ -304,9 +333,8 @@ def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
     1024 -> 256 at 14x14 0.77-0.79x, 512 -> 128 at 28x28 0.73x; MobileNetV2's 192 -> 32 at
     28x28 0.51-0.64x, 576 -> 96 at 14x14 0.72-0.74x. At 7x7 an image's data of 512
     channels is read whole into cache and passes lost (512 -> 2048: 1.01-1.09x at batch 8,
-    1.07-1.14x at 1; MobileNetV2's 960 -> 160, 188 KiB of data: 1.12-1.18x at batch 1);
-    where it is over :data:`_WHOLE_BYTES` they pay again (ResNet-50's 2048 -> 512, 392
-    KiB: 0.92-0.99x at batch 1, 0.91-0.92x at 8).
+    1.07-1.14x at 1; MobileNetV2's 960 -> 160: 1.12-1.18x at batch 1). From 256 output
+    channels a tile reads panels instead (:data:`_PANEL_OUTPUTS`), one stream, no passes.
 
     Example:
         >>> plan = direct_plan((8, 256, 56, 56), (64, 256, 1, 1), (8, 64, 56, 56), (1, 1),
@@ -317,7 +345,7 @@ def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
     span = _NARROW_PASS if outputs <= _NARROW else _WIDE_PASS
     if (not plan.blocked or plan.workspace is not None or len(plan.taps) != inputs
             or inputs < 2 * span
-            or (plan.length < _PASS_PIXELS and 4 * plan.image <= _WHOLE_BYTES)):
+            or plan.length < _PASS_PIXELS):
         return None
     return span
 

@@ -26,11 +26,11 @@ def _plan(n: int, c: int, o: int, hw: int, **kwargs: Any) -> conv.DirectPlan:
 def test_passes_are_for_blocked_pointwise_convolutions_of_many_channels_only() -> None:
     assert conv.pass_channels(_plan(8, 192, 32, 28), 32, 192) == 64  # narrow: short passes
     assert conv.pass_channels(_plan(1, 144, 24, 56), 24, 144) == 64
-    assert conv.pass_channels(_plan(8, 1024, 256, 14), 256, 1024) == 128
+    assert conv.pass_channels(_plan(8, 1024, 160, 14), 160, 1024) == 128
+    assert conv.pass_channels(_plan(8, 1024, 256, 14), 256, 1024) is None  # panels instead
     assert conv.pass_channels(_plan(8, 96, 24, 56), 24, 96) is None  # under two passes
     assert conv.pass_channels(_plan(8, 192, 256, 28), 256, 192) is None
     assert conv.pass_channels(_plan(8, 960, 160, 7), 160, 960) is None  # 7x7: read whole
-    assert conv.pass_channels(_plan(1, 2048, 512, 7), 512, 2048) == 128  # unless over 256 KiB
     nchw = direct_plan((8, 192, 28, 28), (32, 192, 1, 1), (8, 32, 28, 28), (1, 1), (1, 1),
                        (0, 0))
     assert conv.pass_channels(nchw, 32, 192) is None
