@@ -78,9 +78,9 @@ class DirectPlan:
         strip: tiles along the output whose data (about :data:`_STRIP_BYTES`) every block
             of output channels runs over before the next strip.
         parallel: worth running on every core.
-        padding: the padded copy's geometry, as the compiled kernel takes it
-            (:data:`graphrt.kernels.cpu.direct_conv.PADDING`: planes, h, w, hp, wp, top, left,
-            blocks per job, channels per block; zeros where the data is read in place).
+        padding: the padded copy's (or the panels') geometry, as the compiled kernel takes
+            it (:data:`graphrt.kernels.cpu.direct_conv.PADDING`; zeros where the data is read
+            in place).
         blocked: the data the tiles read is ``[N, C/8, Hp, Wp, 8]`` (a padded copy of a
             multiple of 8 channels, or blocked data read in place), so the taps run input
             channel blocks, then kernel offsets, then the channels of a block, and the
@@ -344,8 +344,7 @@ def pass_channels(plan: DirectPlan, outputs: int, inputs: int) -> int | None:
     """
     span = _NARROW_PASS if outputs <= _NARROW else _WIDE_PASS
     if (not plan.blocked or plan.workspace is not None or len(plan.taps) != inputs
-            or inputs < 2 * span
-            or plan.length < _PASS_PIXELS):
+            or inputs < 2 * span or plan.length < _PASS_PIXELS):
         return None
     return span
 

@@ -605,7 +605,7 @@ def fused_runs(steps: Sequence[ElementwiseStep], exported: set[str], types: dict
     python = python_steps(steps, types)
     found = []
     for run in _runs(python, exported):
-        if not _worth_compiling(run, python):
+        if not _worth_compiling(run, python, types):
             continue
         loop = loop_source(run, python, types)
         kernel = None if loop is None else compile_loop(loop, parallel)
@@ -626,11 +626,15 @@ def _runs(steps: Sequence[ElementwiseStep], exported: set[str]) -> list[Elementw
     return sorted(runs, key=lambda run: run.first)
 
 
-def _worth_compiling(run: ElementwiseRun, steps: Sequence[ElementwiseStep]) -> bool:
-    """Three steps or more, or one the numpy path computes in many passes (erf, sigmoid, a
-    quantize or dequantize): shorter runs (a residual add and relu) gain little and would
-    make ``create()`` import numba (about a second)."""
-    if run.last - run.first >= 2:
+def _worth_compiling(run: ElementwiseRun, steps: Sequence[ElementwiseStep],
+                     types: dict[str, TensorType]) -> bool:
+    """Three steps or more, two over :data:`PARALLEL_ELEMENTS` elements or more (one pass
+    over memory, shared by the helper threads, where numpy takes two on one thread: an
+    attention's scale and mask), or one the numpy path computes in many passes (erf,
+    sigmoid, a quantize or dequantize): shorter runs (a small residual add and relu) gain
+    little and would make ``create()`` import numba (about a second)."""
+    if run.last - run.first >= 2 or (
+            run.last > run.first and prod(types[run.output].shape) >= PARALLEL_ELEMENTS):
         return True
     return any("_math." in (steps[k][0] or "") or steps[k][0] == _ERF32
                or steps[k][0] in _QUANTIZING for k in range(run.first, run.last + 1))

@@ -129,6 +129,19 @@ def test_transcendental_runs_agree_with_the_numpy_path() -> None:
     assert np.array_equal(np.isnan(fused), np.isnan(plain))
 
 
+def test_two_steps_compile_where_the_output_is_large_enough_to_share() -> None:
+    """An attention's scale and mask (divide by a scalar, add a row): one loop from
+    PARALLEL_ELEMENTS elements, bitwise numpy's; below, two numpy calls."""
+    body = [("divide", ["s", "scale"], "t"), ("add", ["t", "mask"], "y")]
+    for rows, fused_calls in [(jit.PARALLEL_ELEMENTS // 128, 1), (4, 2)]:
+        inputs = {"s": RNG.standard_normal((1, rows, 128)).astype("float32"),
+                  "scale": np.array(8.0, "float32"),
+                  "mask": RNG.standard_normal((1, 1, 128)).astype("float32")}
+        fused, plain, calls = _both(body, inputs)
+        assert calls == fused_calls
+        np.testing.assert_array_equal(fused, plain)
+
+
 def test_float32_erf_is_within_six_ulps_of_the_exact_value() -> None:
     import math
 
