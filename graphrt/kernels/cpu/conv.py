@@ -120,33 +120,36 @@ def direct_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
     hp, wp = (h, width) if in_place else (rows, cols)
     length = oh * ow
     tiles = -(-length // _PIXELS)
-    y, x_ = np.divmod(np.arange(length, dtype=np.int64), ow)
     blocked = (blocked_in or not in_place) and c % _BLOCK == 0
     block = _BLOCK if blocked else 1  # channels side by side in the padded copy
-    pixels = np.zeros(tiles * _PIXELS, np.int64)  # the last tile's extra pixels: pixel 0
-    pixels[:length] = (y * sh * wp + x_ * sw) * block
+    # panels: per tile, a blocked image of its 6 pixels (tiles side by side)
+    panels = (blocked_in and in_place and kh == kw == 1 and blocked
+              and c >= _PANEL_CHANNELS and o >= _PANEL_OUTPUTS)
+    plane = _PIXELS if panels else hp * wp  # pixels of one block of what the tiles read
+    image = c * plane * (tiles if panels else 1)
+    q = np.arange(tiles * _PIXELS, dtype=np.int64)
+    if panels:
+        pixels = q // _PIXELS * c * _PIXELS + q % _PIXELS * _BLOCK
+    else:
+        y, x_ = np.divmod(np.where(q < length, q, 0), ow)  # the last tile's extras: pixel 0
+        pixels = (y * sh * wp + x_ * sw) * block
     order = (itertools.product(range(c // block), range(kh), range(kw), range(block))
              if blocked else ((ci, i, j, 0) for ci, i, j in
                               itertools.product(range(c), range(kh), range(kw))))
-    taps = np.array([cb * hp * wp * block + (i * dh * wp + j * dw) * block + ci
+    taps = np.array([cb * plane * block + (i * dh * wp + j * dw) * block + ci
                      for cb, i, j, ci in order], np.int64)
     padding = np.zeros(11, np.int64)  # direct_conv.PADDING entries
-    image = c * hp * wp
-    jobs = n * -(-o // _CHANNELS) * tiles
-    strip = strip_tiles(4 * c * wp, hp, (kh - 1) * dh, sh, ow, tiles, 4 * o * c * kh * kw,
-                        min(rows, oh * kh))
-    if (blocked_in and in_place and kh == kw == 1 and c % _BLOCK == 0
-            and c >= _PANEL_CHANNELS and o >= _PANEL_OUTPUTS):
-        image = tiles * c * _PIXELS  # panels: per tile, per block, its 6 pixels' channels
-        q = np.arange(tiles * _PIXELS, dtype=np.int64)
-        pixels = q // _PIXELS * c * _PIXELS + q % _PIXELS * _BLOCK
-        taps = np.arange(c) // _BLOCK * _PIXELS * _BLOCK + np.arange(c) % _BLOCK
+    if panels:
         padding[:] = (n * c, h, width, c, ow, length, sh,
                       max(1, _PAD_JOB // (c * _PIXELS)), sw, 1, 1)
         strip = strip_tiles(4 * c * _PIXELS, tiles, 0, 1, _PIXELS, tiles, 4 * o * c)
-    elif not in_place:
-        padding[:] = (n * c, h, width, hp, wp, top, left,
-                      max(1, _PAD_JOB // (block * hp * wp)), block, blocked_in, 0)
+    else:
+        if not in_place:
+            padding[:] = (n * c, h, width, hp, wp, top, left,
+                          max(1, _PAD_JOB // (block * hp * wp)), block, blocked_in, 0)
+        strip = strip_tiles(4 * c * wp, hp, (kh - 1) * dh, sh, ow, tiles,
+                            4 * o * c * kh * kw, min(rows, oh * kh))
+    jobs = n * -(-o // _CHANNELS) * tiles
     pixels.flags.writeable = padding.flags.writeable = False
     return DirectPlan(None if not padding[0] else (n * image,), image, length, jobs,
                       max(1, min(32, jobs // 32)), strip, jobs * len(taps) >= _MIN_WORK,
