@@ -331,7 +331,7 @@ class ParallelRunner:
         steps, nids = table.steps, table.nids
         position = 0
         for parallel, waves in self.plan.segments:
-            with blas_held(self.plan.blas_threads) if parallel else nullcontext():
+            with blas_held(self.plan.blas_threads, lanes=True) if parallel else nullcontext():
                 for wave in waves:
                     failed = self._wave(steps, wave) if parallel else _run_lane(steps, wave[0])
                     if failed is not None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from ...ops import TensorType
 from ..base import Epilogue, Prepared
-from .blas_threads import blas_holders
+from .blas_threads import lanes_running
 from .crew import run_jobs
 from .dense import epilogue_after
 from .jit import direct_conv
@@ -89,7 +89,7 @@ def batch_product_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: T
         flat = result.reshape(-1)
         extra = (np.ascontiguousarray(residual).reshape(-1) if residual is not None
                  else flat[:0])
-        run_jobs(kernels.batch_jobs, parallel and not blas_holders(), (
+        run_jobs(kernels.batch_jobs, parallel and not lanes_running(), (
             np.ascontiguousarray(arrays[0]).reshape(-1),
             np.ascontiguousarray(arrays[1]).reshape(-1), batches, m, k, n, flat, zeros, extra,
             flags, bounds, chunk, np.zeros(2, np.int64), 1))

@@ -1,7 +1,9 @@
 """How many threads numpy's BLAS runs, held down while something else needs the cores.
 
-Two holders share one count, so that neither undoes the other: the executor's inter-op lanes
-(while branches run at once, BLAS gets ``cores // lanes`` threads) and the small GEMMs of a
+Three holders share one count, so that none undoes another: the executor's inter-op lanes
+(while branches run at once, BLAS gets ``cores // lanes`` threads; :func:`lanes_running`
+tells the kernels with helpers of their own), a module's thread cap (``create(threads=N)``,
+:func:`~graphrt.kernels.cpu.crew.threads_held`) and the small GEMMs of a
 graph whose convolutions run on the helper threads (:mod:`graphrt.kernels.cpu.provider`):
 OpenBLAS's workers spin for about 0.1 s after each threaded call (its thread timeout), and a
 spinning worker takes the core a convolution's helper needs (docs/performance.md gives what
@@ -27,20 +29,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["blas_held", "blas_holders"]
+__all__ = ["blas_held", "lanes_running"]
 
 
 class _Hold:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holders = 0
+        self._lanes = 0
         self._libraries: list[Any] | None = None
         self._original: list[int] = []
         self._limit = 0
 
     @property
-    def holders(self) -> int:
-        return self._holders
+    def lanes(self) -> int:
+        return self._lanes
 
     def _blas(self) -> list[Any]:
         if self._libraries is None:
@@ -53,8 +56,9 @@ class _Hold:
                     ThreadpoolController().select(user_api="blas").lib_controllers)
         return self._libraries
 
-    def enter(self, threads: int) -> None:
+    def enter(self, threads: int, lanes: bool) -> None:
         with self._lock:
+            self._lanes += lanes
             libraries = self._blas()
             if self._holders == 0:
                 self._original = [lib.get_num_threads() for lib in libraries]
@@ -65,8 +69,9 @@ class _Hold:
                 for lib in libraries:
                     _set_threads(lib, threads)
 
-    def exit(self) -> None:
+    def exit(self, lanes: bool) -> None:
         with self._lock:
+            self._lanes -= lanes
             self._holders -= 1
             if self._holders == 0:
                 for lib, count in zip(self._blas(), self._original, strict=True):
@@ -83,18 +88,32 @@ def _set_threads(lib: Any, count: int) -> None:
 _HOLD = _Hold()
 
 
-def blas_holders() -> int:
-    """How many holders keep BLAS's threads down now (0: none): while the executor's lanes
-    run branches at once, a kernel with helper threads of its own runs on its caller alone."""
-    return _HOLD.holders
+def lanes_running() -> int:
+    """How many holds of the executor's inter-op lanes are in force now (0: none): while
+    lanes run branches at once, a kernel with helper threads of its own runs on its caller
+    alone. A thread cap (``create(threads=N)``, :func:`~graphrt.kernels.cpu.crew.threads_held`)
+    holds BLAS down as well but is no lane: under it those kernels keep as many helpers as
+    the cap allows (they ran on the caller alone before, a product of two 512 x 512
+    matrices at half the speed under ``threads=2`` on a larger machine).
+
+    Example:
+        >>> with blas_held(1, lanes=True):
+        ...     lanes_running()
+        1
+        >>> with blas_held(1):
+        ...     lanes_running()
+        0
+    """
+    return _HOLD.lanes
 
 
 @contextmanager
-def blas_held(threads: int) -> Iterator[None]:
+def blas_held(threads: int, *, lanes: bool = False) -> Iterator[None]:
     """``with blas_held(n):`` BLAS runs at most ``n`` threads inside (the lowest limit of
-    every holder at the time; the original count is restored when the last one leaves)."""
-    _HOLD.enter(threads)
+    every holder at the time; the original count is restored when the last one leaves).
+    ``lanes``: the hold is the executor's lanes' (:func:`lanes_running`)."""
+    _HOLD.enter(threads, lanes)
     try:
         yield
     finally:
-        _HOLD.exit()
+        _HOLD.exit(lanes)

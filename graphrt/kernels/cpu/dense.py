@@ -58,7 +58,7 @@ from ...devices.base import aligned_copy
 from ...devices.frozen import derived, is_frozen
 from ...ops import TensorType
 from ..base import Epilogue, Prepared
-from .blas_threads import blas_holders
+from .blas_threads import lanes_running
 from .crew import LastArrays, run_jobs
 from .jit import direct_conv
 
@@ -202,8 +202,8 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
 
 def _jobs_call(jobs: Any, parallel: bool, args: tuple[Any, ...], grain: int) -> None:
     """A job function's call with fresh counters, on the helpers where it is worth it and no
-    lane holds the cores (:func:`~graphrt.kernels.cpu.blas_threads.blas_holders`)."""
-    run_jobs(jobs, parallel and not blas_holders(), (*args, np.zeros(2, np.int64), grain))
+    lane holds the cores (:func:`~graphrt.kernels.cpu.blas_threads.lanes_running`)."""
+    run_jobs(jobs, parallel and not lanes_running(), (*args, np.zeros(2, np.int64), grain))
 
 
 def _then_add(product: Callable[[], None], result: Any, bias: Any) -> None:

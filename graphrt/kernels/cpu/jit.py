@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...ops import TensorType, normalize_axis
-from .blas_threads import blas_holders
+from .blas_threads import lanes_running
 from .crew import run_jobs
 
 __all__ = ["JOB_ELEMENTS", "PARALLEL_ELEMENTS", "compiled_path_lost", "direct_conv",
@@ -215,7 +215,7 @@ def rows_call(name: str, axis: int, x: TensorType, vectors: Sequence[TensorType]
         run_jobs(jobs, True, (*arrays, block, np.zeros(2, np.int64), 1))
 
     def kernel(x: Any, *rest: Any) -> None:
-        _run_rows(on_helpers if wide and parallel() and not blas_holders() else compiled, x,
+        _run_rows(on_helpers if wide and parallel() and not lanes_running() else compiled, x,
                   rest[-1], rest[:-1], extra)
 
     return kernel

@@ -66,7 +66,7 @@ import numpy as np
 from ...ops import ElementwiseRun, TensorType, elementwise_runs
 from ...ops.quantize import FUSED_RANGES, dequantize_expression, quantize_expression
 from ..base import ElementwiseStep
-from .blas_threads import blas_holders
+from .blas_threads import lanes_running
 from .crew import Jobs, run_jobs
 from .jit import JOB_ELEMENTS, PARALLEL_ELEMENTS, compiled_path_lost, load_numba
 
@@ -564,7 +564,7 @@ class FusedLoop:
     parallel: Callable[[], bool]
 
     def __call__(self, *arrays: Any) -> None:
-        run_jobs(self.jobs, self.parallel() and not blas_holders(),
+        run_jobs(self.jobs, self.parallel() and not lanes_running(),
                  (*arrays, np.zeros(2, np.int64), 1))
 
 

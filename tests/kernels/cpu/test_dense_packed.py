@@ -360,3 +360,33 @@ def test_matmul_and_the_adds_of_a_bias_and_a_residual_lower_to_one_call() -> Non
     types = [TensorType(s, "float32") for s in ((2, 30, 16), (16, 24), (24,), (2, 30, 24))]
     lowering = fn.lower(types, [types[-1]], kernels=chain("cpu", np), where="test", fuse=True)
     assert len(lowering.calls) == 1
+
+
+def test_a_thread_cap_keeps_the_helpers_and_only_inter_op_lanes_give_them_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``create(threads=N)`` holds BLAS down too (``threads_held``), but it is no lane: a
+    product under it still runs on the caller and its helpers (on a larger machine it ran
+    on the caller alone, at half the speed under ``threads=2``); under the executor's lanes
+    it runs alone."""
+    from graphrt.kernels.cpu import dense
+    from graphrt.kernels.cpu.blas_threads import blas_held
+    from graphrt.kernels.cpu.crew import threads_held
+
+    seen: list[bool] = []
+    real = dense.run_jobs
+    monkeypatch.setattr(dense, "run_jobs", lambda jobs, parallel, args: (
+        seen.append(parallel), real(jobs, parallel, args)))
+    x = RNG.standard_normal((256, 256)).astype(np.float32)
+    w = _frozen(RNG.standard_normal((256, 256)).astype(np.float32))
+    op = get_op("dense")
+    prepared = dense_call("dense", op.attrs(), _types(x, w), TensorType((256, 256), "float32"),
+                          NO_EPILOGUE, _reference("dense", op.attrs(), 2))
+    assert prepared is not None
+    out = np.empty((256, 256), np.float32)
+    _call(prepared, x, w, out)
+    with threads_held(2):
+        _call(prepared, x, w, out)
+    with blas_held(2, lanes=True):
+        _call(prepared, x, w, out)
+    assert seen == [True, True, False]
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-3)
