@@ -306,11 +306,14 @@ def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     padded = flat[:0] if buffer is None else np.asarray(buffer).reshape(-1)
     weights, summed = packed or _prepared(kernels, weight, bias, *_block(plan))
     o, c = weight.shape[:2]
+    extra, flags, bounds = _epilogue(kernels, flat, residual, relu, clip, plan.blocked_out)
+    if plan.blocked:  # the taps run 8 channels of a block at one kernel offset at a time
+        flags |= kernels.GROUPED
     # counters: tiles claimed, done; padded copy's jobs claimed, done
     return JobCall(kernels.conv_jobs, plan.parallel, (
         data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
-        summed, flat, o, *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out),
-        plan.strip, pass_channels(plan, o, c) or max(1, len(plan.taps))), 4, plan.grain)
+        summed, flat, o, extra, flags, bounds, plan.strip,
+        pass_channels(plan, o, c) or max(1, len(plan.taps))), 4, plan.grain)
 
 
 _NARROW = 128

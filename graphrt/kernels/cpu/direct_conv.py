@@ -60,6 +60,7 @@ from .kernel_parts import (
     CLIP,
     FLOATS,
     FLOATS_IN,
+    GROUPED,
     I32,
     I64,
     I64_IN,
@@ -84,7 +85,8 @@ from .kernel_parts import (
 )
 from .product_kernels import ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
 
-__all__ = ["BLOCKED", "CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "LANES", "PADDING", "PIXELS",
+__all__ = ["BLOCKED", "CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "GROUPED", "LANES", "PADDING",
+           "PIXELS",
            "RELU", "RESIDUAL", "ROWS", "SPAN", "batch_jobs", "conv_jobs", "dense_jobs",
            "depthwise_jobs", "pack_weights", "pointwise_jobs", "row_jobs"]
 
@@ -106,9 +108,10 @@ def pack_weights(weight: np.ndarray, block: int = CHANNELS) -> np.ndarray:
     return packed
 
 
-def _tile_of(vectors: int) -> Any:
+def _tile_of(vectors: int, grouped: bool = False) -> Any:
     """The direct tile of ``vectors`` (2, or 1 for the last 8 channels of a weight) vectors
-    of 8 output channels x 6 pixels (see :data:`_tile`)."""
+    of 8 output channels x 6 pixels (see :data:`_tile`); ``grouped``: its taps run in
+    groups of 8 offsets one apart (:data:`GROUPED`; their count a multiple of 8)."""
 
     @intrinsic
     def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
@@ -131,20 +134,36 @@ def _tile_of(vectors: int) -> Any:
             start = [builder.load(vector_at(builder, bp, builder.add(b0, c64(8 * h))), align=4)
                      for h in range(vectors)]
 
-            def tap(t: Any, accs: list[Any]) -> list[Any]:
+            def tap(t: Any, at: list[Any], lane: int, accs: list[Any]) -> list[Any]:
+                """Tap ``t``, its pixels' data at ``at`` plus ``lane``."""
                 wi = builder.add(w0, builder.mul(t, c64(CHANNELS)))
                 w = [builder.load(vector_at(builder, wp, builder.add(wi, c64(8 * h))), align=4)
                      for h in range(vectors)]
-                offset = builder.sext(builder.load(builder.gep(tp, [t])), I64)
                 new: list[Any] = []
                 for p in range(PIXELS):
-                    value = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
+                    value = builder.load(builder.gep(xp, [builder.add(at[p], c64(lane))]))
                     broadcast = splat(builder, value)
                     new.extend(builder.call(fma, [broadcast, w[h], accs[vectors * p + h]])
                                for h in range(vectors))
                 return new
 
-            accs = accumulate(builder, n_taps, start * PIXELS, tap)
+            def offsets(t: Any) -> list[Any]:
+                offset = builder.sext(builder.load(builder.gep(tp, [t])), I64)
+                return [builder.add(base, offset) for base in bases]
+
+            def group(g: Any, accs: list[Any]) -> list[Any]:
+                first = builder.mul(g, c64(LANES))
+                at = offsets(first)
+                for lane in range(LANES):
+                    accs = tap(builder.add(first, c64(lane)), at, lane, accs)
+                return accs
+
+            if grouped:
+                accs = accumulate(builder, builder.sdiv(n_taps, c64(LANES)), start * PIXELS,
+                                  group)
+            else:
+                accs = accumulate(builder, n_taps, start * PIXELS,
+                                  lambda t, accs: tap(t, offsets(t), 0, accs))
             scatter, spill, end = (builder.append_basic_block(f"tile.{part}")
                                    for part in ("scatter", "spill", "end"))
             builder.cbranch(builder.icmp_signed("!=", halves, ir.Constant(halves.type, 0)),
@@ -215,6 +234,10 @@ _half_tile = _tile_of(1)
 """:data:`_tile` of the first 8 channels only (``halves`` 1 stores them, 0 spills them):
 the last block of a weight of 8 or fewer more channels (24-channel projections computed a
 third more than they kept)."""
+
+_tile8, _half_tile8 = _tile_of(2, True), _tile_of(1, True)
+""":data:`_tile` and :data:`_half_tile` of a plan whose taps run in groups of 8
+(:data:`GROUPED`)."""
 
 
 PADDING = 11
@@ -371,6 +394,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     scratch = np.empty(CHANNELS * PIXELS, np.float32)
     zeros = np.zeros(bias.shape[0] if span < n_taps else 0, np.float32)
     layout = flags & BLOCKED
+    grouped = flags & GROUPED
     while True:
         first, last = claim(counters, 0, grain, total)
         if first >= last:
@@ -394,14 +418,24 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                 w0 = (block * n_taps + t0) * CHANNELS
                 if kept <= LANES:
                     halves = 1 if count == PIXELS and kept == LANES else 0
-                    _half_tile(weights, w0, x, img * image, pixels, q0, part, summed,
-                               block * CHANNELS, out, o0, length, scratch, halves, so_far,
-                               kept_flags, bounds)
+                    if grouped:
+                        _half_tile8(weights, w0, x, img * image, pixels, q0, part, summed,
+                                    block * CHANNELS, out, o0, length, scratch, halves,
+                                    so_far, kept_flags, bounds)
+                    else:
+                        _half_tile(weights, w0, x, img * image, pixels, q0, part, summed,
+                                   block * CHANNELS, out, o0, length, scratch, halves, so_far,
+                                   kept_flags, bounds)
                 else:
                     halves = 2 if count == PIXELS and kept == CHANNELS else 0
-                    _tile(weights, w0, x, img * image, pixels, q0, part, summed,
-                          block * CHANNELS, out, o0, length, scratch, halves, so_far,
-                          kept_flags, bounds)
+                    if grouped:
+                        _tile8(weights, w0, x, img * image, pixels, q0, part, summed,
+                               block * CHANNELS, out, o0, length, scratch, halves, so_far,
+                               kept_flags, bounds)
+                    else:
+                        _tile(weights, w0, x, img * image, pixels, q0, part, summed,
+                              block * CHANNELS, out, o0, length, scratch, halves, so_far,
+                              kept_flags, bounds)
                 if not halves:
                     from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, so_far,
                                  kept_flags, bounds)

@@ -37,6 +37,7 @@ __all__ = [
     "F32",
     "FLOATS",
     "FLOATS_IN",
+    "GROUPED",
     "I32",
     "I64",
     "I64_IN",
@@ -76,6 +77,10 @@ BLOCKED = 8
 """Epilogue flag: the output is blocked, ``[N, O/8, OH, OW, 8]`` (the 8 channels of a pixel
 side by side, MLAS's NCHWc): stored a vector per pixel and 8 channels, as the micro-kernels
 hold them (O a multiple of 8)."""
+GROUPED = 16
+"""Job flag of the direct convolution: its taps run in groups of 8 offsets one apart (a
+blocked plan's: the 8 channels of a block at one kernel offset), so that a tile loads one
+offset per group and reads the 8 channels at fixed displacements from it."""
 CLIP = 4
 """Epilogue flag: ``min(max(result, low), high)`` with the job's ``bounds`` (NaN stays NaN;
 ReLU6 is ``bounds`` (0, 6)), applied in registers as the micro-kernels store (a pass over

@@ -81,3 +81,34 @@ def test_logical_shapes_and_plans() -> None:
     depthwise = conv_plan((1, 16, 9, 9), (16, 1, 3, 3), (1, 16, 9, 9), "float32", "float32",
                           True, 16, (1, 1), (1, 1), (1, 1), True, (True, False))
     assert isinstance(depthwise.direct, DepthwisePlan) and not depthwise.direct.blocked_out
+
+
+@pytest.mark.parametrize("case", CASES[:4], ids=[str(i) for i in range(4)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_grouped_taps_give_the_bits_of_one_offset_per_tap(
+        case: tuple[Any, ...], threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blocked plan's tiles load one offset per 8 taps (``GROUPED``); with an offset per
+    tap (the flag off) they sum the same products in the same order: the same bits."""
+    from graphrt.kernels.cpu import crew
+
+    kernels = direct_conv()
+    assert kernels is not None
+    xs, o, k, s, p, _ = case
+    x = blocked(RNG.standard_normal(xs).astype(np.float32))
+    w = RNG.standard_normal((o, xs[1], *k)).astype(np.float32)
+    bias = RNG.standard_normal(o).astype(np.float32)
+    extra = RNG.standard_normal((xs[0], o, *((xs[2 + a] + 2 * p[a] - k[a]) // s[a] + 1
+                                             for a in range(2)))).astype(np.float32)
+    out_type = TensorType((extra.shape[0], o // 8, *extra.shape[2:], 8), "float32")
+    results = []
+    for grouped in (kernels.GROUPED, 0):
+        monkeypatch.setattr(kernels, "GROUPED", grouped)
+        kernel = conv_epilogue(np, [TensorType(x.shape, "float32"), TensorType(w.shape, "float32"),
+                                    TensorType((o,), "float32")],
+                               out_type, 1, s, (1, 1), p, True, False, (0.0, 6.0), (True, True))
+        assert kernel is not None
+        got = np.full(out_type.shape, np.nan, np.float32)
+        with crew.threads_held(threads):
+            kernel(x, w, bias, blocked(extra), got)
+        results.append(got)
+    np.testing.assert_array_equal(results[0], results[1])
