@@ -68,15 +68,17 @@ MIN_ROWS = 16
 """Rows (the product of the data's leading dimensions) below which a product is mostly a read
 of the weight. In a graph whose convolutions hold small GEMMs to one BLAS thread (see
 :mod:`graphrt.kernels.cpu.provider`) it runs as matrix-vector products on the helper threads,
-a row at a time over each packed panel of the weight
+a row at a time over 4 packed panels of the weight at once
 (:func:`graphrt.kernels.cpu.product_kernels.row_jobs`): MobileNetV2's classifier, 1280 by
 1000 at batch 1, took 0.52 ms on one BLAS thread and 0.33 ms so (ONNX Runtime: 0.31 ms).
-Elsewhere OpenBLAS's threaded matrix-vector kernel is the faster (the 4 x 1024 MLP at batch
-1: 1.1 ms on the reference, 1.7 ms on the helpers)."""
+Elsewhere OpenBLAS's threaded matrix-vector kernel is the faster: the 4 x 1024 MLP at batch
+1 ran 1.10-1.38x as long on the helpers as on it (in one process, interleaved; 1.7-2.2x
+when each job read one panel)."""
 _MIN_VECTOR_WORK = 1 << 18
 """Multiply-adds below which a matrix-vector product runs on the calling thread alone."""
 
 _ROWS, _SPAN = 6, 16  # the micro-kernel's tile (direct_conv.ROWS, direct_conv.SPAN)
+_PANELS = 4  # panels a matrix-vector job runs at once (product_kernels.PANELS)
 _CHUNK_BYTES = 1 << 19
 """Data bytes one job runs over one 16-column panel (which stays in cache)."""
 _MIN_WORK = 1 << 21
@@ -152,7 +154,7 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
     chunk = max(1, min(blocks, _CHUNK_BYTES // ((k + 1) * _ROWS * 4)))
     few = m < MIN_ROWS  # matrix-vector products, a row at a time
     if few:
-        parallel, grain = m * n * k >= _MIN_VECTOR_WORK, max(1, -(-n // _SPAN) // 16)
+        parallel, grain = m * n * k >= _MIN_VECTOR_WORK, max(1, -(-n // (_SPAN * _PANELS)) // 16)
     else:
         jobs = -(-n // _SPAN) * -(-blocks // chunk)
         parallel, grain = m * n * k >= _MIN_WORK, max(1, min(8, jobs // 32))

@@ -45,7 +45,8 @@ def _reference(op: str, attrs: Any, n_in: int) -> Any:
                                      (301, 300, 40),  # many rows: on it too
                                      (130, 7, 33),  # then fewer rows: a row at a time
                                      (1, 1, 1), (1, 1280, 1000), (2, 33, 47), (15, 8, 17),
-                                     (3, 2, 16), (10, 5, 16), (66, 1024, 16)])
+                                     (3, 2, 16), (10, 5, 16), (66, 1024, 16),
+                                     (3, 40, 128), (15, 300, 64)])  # 4 panels at a time
 @pytest.mark.parametrize("bias", [True, False])
 def test_dense_matches_numpy_at_every_tile_edge(m: int, k: int, n: int, bias: bool) -> None:
     x = RNG.standard_normal((m, k)).astype(np.float32)
@@ -84,11 +85,12 @@ def test_matmul_by_a_2d_param_flattens_the_leading_axes(transpose_b: bool) -> No
 def test_the_epilogue_is_applied_on_both_paths(epilogue: Epilogue, frozen: bool) -> None:
     """Frozen: in the kernel's stores; a weight fed at run time: after the reference."""
     for m in (29, 3):  # the tiles of 6 rows, then a row at a time
-        _check_epilogue(epilogue, frozen, m)
+        for n in (37, 101):  # 101: a row's first 4 panels at once, then 2, then a short one
+            _check_epilogue(epilogue, frozen, m, n)
 
 
-def _check_epilogue(epilogue: Epilogue, frozen: bool, m: int) -> None:
-    k, n = 20, 37
+def _check_epilogue(epilogue: Epilogue, frozen: bool, m: int, n: int) -> None:
+    k = 20
     x = RNG.standard_normal((m, k)).astype(np.float32)
     w = RNG.standard_normal((n, k)).astype(np.float32)
     b = RNG.standard_normal(n).astype(np.float32)
