@@ -86,9 +86,8 @@ from .kernel_parts import (
 from .product_kernels import ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
 
 __all__ = ["BLOCKED", "CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "GROUPED", "LANES", "PADDING",
-           "PIXELS",
-           "RELU", "RESIDUAL", "ROWS", "SPAN", "batch_jobs", "conv_jobs", "dense_jobs",
-           "depthwise_jobs", "pack_weights", "pointwise_jobs", "row_jobs"]
+           "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "batch_jobs", "conv_jobs",
+           "dense_jobs", "depthwise_jobs", "pack_weights", "pointwise_jobs", "row_jobs"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""
