@@ -107,10 +107,10 @@ def pack_weights(weight: np.ndarray, block: int = CHANNELS) -> np.ndarray:
     return packed
 
 
-def _tile_of(vectors: int, grouped: bool = False) -> Any:
+def _tile_of(vectors: int, grouped: bool = False, width: int = PIXELS) -> Any:
     """The direct tile of ``vectors`` (2, or 1 for the last 8 channels of a weight) vectors
-    of 8 output channels x 6 pixels (see :data:`_tile`); ``grouped``: its taps run in
-    groups of 8 offsets one apart (:data:`GROUPED`; their count a multiple of 8)."""
+    of 8 output channels x ``width`` pixels (see :data:`_tile`); ``grouped``: its taps run
+    in groups of 8 offsets one apart (:data:`GROUPED`; their count a multiple of 8)."""
 
     @intrinsic
     def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
@@ -129,7 +129,7 @@ def _tile_of(vectors: int, grouped: bool = False) -> Any:
                 array_data(context, builder, signature, args, 6).shape, 0)
             fma = fma_of(builder)
             bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
-                     for p in range(PIXELS)]
+                     for p in range(width)]
             start = [builder.load(vector_at(builder, bp, builder.add(b0, c64(8 * h))), align=4)
                      for h in range(vectors)]
 
@@ -139,7 +139,7 @@ def _tile_of(vectors: int, grouped: bool = False) -> Any:
                 w = [builder.load(vector_at(builder, wp, builder.add(wi, c64(8 * h))), align=4)
                      for h in range(vectors)]
                 new: list[Any] = []
-                for p in range(PIXELS):
+                for p in range(width):
                     value = builder.load(builder.gep(xp, [builder.add(at[p], c64(lane))]))
                     broadcast = splat(builder, value)
                     new.extend(builder.call(fma, [broadcast, w[h], accs[vectors * p + h]])
@@ -158,10 +158,10 @@ def _tile_of(vectors: int, grouped: bool = False) -> Any:
                 return accs
 
             if grouped:
-                accs = accumulate(builder, builder.sdiv(n_taps, c64(LANES)), start * PIXELS,
+                accs = accumulate(builder, builder.sdiv(n_taps, c64(LANES)), start * width,
                                   group)
             else:
-                accs = accumulate(builder, n_taps, start * PIXELS,
+                accs = accumulate(builder, n_taps, start * width,
                                   lambda t, accs: tap(t, offsets(t), 0, accs))
             scatter, spill, end = (builder.append_basic_block(f"tile.{part}")
                                    for part in ("scatter", "spill", "end"))
@@ -176,7 +176,7 @@ def _tile_of(vectors: int, grouped: bool = False) -> Any:
                 # taken apart
                 values = accs if residual else [finished(builder, acc, relu, vclip, vlow,
                                                          vhigh) for acc in accs]
-                for p in range(PIXELS):
+                for p in range(width):
                     for h in range(vectors):
                         for lane in range(8):
                             index = builder.add(o0, builder.add(
@@ -190,7 +190,7 @@ def _tile_of(vectors: int, grouped: bool = False) -> Any:
 
             def blocked(residual: bool, relu: bool) -> None:  # a vector per pixel, 8 channels
                 def half(h: int) -> None:
-                    for p in range(PIXELS):
+                    for p in range(width):
                         index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * h)),
                                                             c64(8 * p)))
                         store_vector(builder, accs[vectors * p + h], op, rp, index, residual,
@@ -211,7 +211,7 @@ def _tile_of(vectors: int, grouped: bool = False) -> Any:
             layouts(builder, flags, store, blocked)
             builder.branch(end)
             builder.position_at_end(spill)
-            spill_tile(builder, accs, vectors, PIXELS, CHANNELS, sp)
+            spill_tile(builder, accs, vectors, width, CHANNELS, sp)
             builder.branch(end)
             builder.position_at_end(end)
             return context.get_dummy_value()
@@ -237,6 +237,10 @@ third more than they kept)."""
 _tile8, _half_tile8 = _tile_of(2, True), _tile_of(1, True)
 """:data:`_tile` and :data:`_half_tile` of a plan whose taps run in groups of 8
 (:data:`GROUPED`)."""
+
+_pixel8, _half_pixel8 = _tile_of(2, True, 1), _tile_of(1, True, 1)
+""":data:`_tile8` and :data:`_half_tile8` of one pixel (spilled, ``halves`` 0): the last
+tile of a 7x7 plane, whose 49 pixels leave one past 8 tiles of 6, computed 6 before."""
 
 
 PADDING = 11
@@ -417,7 +421,11 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                 w0 = (block * n_taps + t0) * CHANNELS
                 if kept <= LANES:
                     halves = 1 if count == PIXELS and kept == LANES else 0
-                    if grouped:
+                    if grouped and count == 1:
+                        _half_pixel8(weights, w0, x, img * image, pixels, q0, part, summed,
+                                     block * CHANNELS, out, o0, length, scratch, halves,
+                                     so_far, kept_flags, bounds)
+                    elif grouped:
                         _half_tile8(weights, w0, x, img * image, pixels, q0, part, summed,
                                     block * CHANNELS, out, o0, length, scratch, halves,
                                     so_far, kept_flags, bounds)
@@ -427,7 +435,11 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                                    kept_flags, bounds)
                 else:
                     halves = 2 if count == PIXELS and kept == CHANNELS else 0
-                    if grouped:
+                    if grouped and count == 1:
+                        _pixel8(weights, w0, x, img * image, pixels, q0, part, summed,
+                                block * CHANNELS, out, o0, length, scratch, halves, so_far,
+                                kept_flags, bounds)
+                    elif grouped:
                         _tile8(weights, w0, x, img * image, pixels, q0, part, summed,
                                block * CHANNELS, out, o0, length, scratch, halves, so_far,
                                kept_flags, bounds)
