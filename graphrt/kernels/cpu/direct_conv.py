@@ -238,9 +238,10 @@ _tile8, _half_tile8 = _tile_of(2, True), _tile_of(1, True)
 """:data:`_tile` and :data:`_half_tile` of a plan whose taps run in groups of 8
 (:data:`GROUPED`)."""
 
-_pixel8, _half_pixel8 = _tile_of(2, True, 1), _tile_of(1, True, 1)
-""":data:`_tile8` and :data:`_half_tile8` of one pixel (spilled, ``halves`` 0): the last
-tile of a 7x7 plane, whose 49 pixels leave one past 8 tiles of 6, computed 6 before."""
+_pixel8 = _tile_of(2, True, 1)
+""":data:`_tile8` of one pixel (spilled, ``halves`` 0): the last tile of a 7x7 plane, whose
+49 pixels leave one past 8 tiles of 6, computed 6 before. (A last block of 8 or fewer
+channels keeps :data:`_half_tile8`: no model here has one at 7x7.)"""
 
 
 PADDING = 11
@@ -421,11 +422,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                 w0 = (block * n_taps + t0) * CHANNELS
                 if kept <= LANES:
                     halves = 1 if count == PIXELS and kept == LANES else 0
-                    if grouped and count == 1:
-                        _half_pixel8(weights, w0, x, img * image, pixels, q0, part, summed,
-                                     block * CHANNELS, out, o0, length, scratch, halves,
-                                     so_far, kept_flags, bounds)
-                    elif grouped:
+                    if grouped:
                         _half_tile8(weights, w0, x, img * image, pixels, q0, part, summed,
                                     block * CHANNELS, out, o0, length, scratch, halves,
                                     so_far, kept_flags, bounds)
