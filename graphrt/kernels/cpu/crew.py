@@ -46,11 +46,13 @@ grain, bell, caller, call, spins."""
 Task = tuple[int, Jobs, tuple[Any, ...]]
 """What a helper is queued: the call number, the job function, its leading arguments."""
 
-_SPIN_LOOKS = 2_000_000
-"""How many times (about 1 ms) a helper thread looks for the next call before it blocks:
-the ops between two convolutions of a model take less, and a thread woken from a block (or a
-caller that waits for the GIL) can start milliseconds late on a virtual machine, longer than
-a whole convolution of one image."""
+_SPIN_LOOKS = 32_000
+"""How many times (about 1 ms: a look pauses 30 ns on this Zen 3, 10-140 cycles elsewhere) a
+helper thread looks for the next call before it blocks: the ops between two convolutions of
+a model take less, and a thread woken from a block (or a caller that waits for the GIL) can
+start milliseconds late on a virtual machine, longer than a whole convolution of one
+image."""
+
 
 class _Crew:
     """Helper threads, one per other core, that join the job functions of one calling

@@ -248,7 +248,9 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
     (or blocked, as ``flags`` says: :data:`BLOCKED`), flattened, 8 channels at a time as MLAS
     runs it in its NCHWc layout: ``weights`` ``[ceil(C/8), taps, 8]`` (:func:`pack_weights`
     with block 8), ``bias`` ``[ceil(C/8) * 8]``; ``geometry`` as :data:`DEPTHWISE_GEOMETRY`.
-    One job is a band of output rows of one group of 8 channels of one image: its input rows
+    One job is a band of output rows of one group of 8 channels of one image (numbered
+    image-major, then by band, so each thread keeps to rows of the image, see
+    :func:`~graphrt.kernels.cpu.job_protocol.claim`): its input rows
     are first interleaved (8x8 transposes; a plain copy of blocked data) into a zero-padded
     buffer ``[rows, wp, 8]`` in cache, then the tiles of :func:`_depthwise_tile` run along
     the band (``pixels[q]``: offset in that buffer of output pixel ``q``'s window corner,
@@ -266,13 +268,14 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
     n_taps = taps.shape[0]
     lanes = np.zeros(band_in * wp * LANES, np.float32)
     scratch = np.empty(LANES * LANES, np.float32)
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         for job in range(first, last):
             img, rest = divmod(job, groups * bands)
-            group, b = divmod(rest, bands)
+            b, group = divmod(rest, groups)
             rows = min(band, oh - b * band)
             count = rows * ow
             kept = min(LANES, channels - group * LANES)
@@ -302,5 +305,6 @@ def depthwise_jobs(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, out: np
                 if not full:
                     from_scratch(out, o0 + q * step, oh * ow, scratch, kept,
                                   min(LANES, count - q), 1, LANES, residual, flags, bounds)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)

@@ -337,9 +337,9 @@ def _pack(x: np.ndarray, panels: np.ndarray, padding: np.ndarray, first: int, la
                     panels[target + k] = x[source + k]
 
 
-@numba.njit(types.void(FLOATS_IN, FLOATS, I64_IN, COUNTERS), cache=True, nogil=True)
-def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters: np.ndarray
-               ) -> None:
+@numba.njit(types.void(FLOATS_IN, FLOATS, I64_IN, COUNTERS, types.boolean), cache=True, nogil=True)
+def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters: np.ndarray,
+               caller: bool) -> None:
     """This thread's share of the padded copy (or the panels) of a call, phase 1 of its
     ``counters`` (jobs of ``padding[7]`` blocks, or tiles); returns once every one is copied,
     by any thread."""
@@ -348,15 +348,17 @@ def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters:
              else padding[0] // padding[8])
     chunk = padding[7]
     jobs = (units + chunk - 1) // chunk
+    mine = 0
     while True:
-        job, end = claim(counters, 1, 1, jobs)
+        job, end = claim(counters, 1, 1, jobs, caller)
         if job >= end:
             break
         if panels:
             _pack(x, padded, padding, job * chunk, min(units, (job + 1) * chunk))
         else:
             _pad(x, padded, padding, job * chunk, min(units, (job + 1) * chunk))
-        done(counters, 1, 1)
+        mine += 1
+    done(counters, 1, mine)
     wait(counters, 1, jobs)
 
 
@@ -389,7 +391,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     if caller:
         ring(bell)
     if padding[0]:
-        _pad_phase(data, padded, padding, counters)
+        _pad_phase(data, padded, padding, counters, caller)
     x = padded if padding[0] else data
     n_taps = taps.shape[0]
     blocks = (channels + CHANNELS - 1) // CHANNELS
@@ -399,8 +401,9 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     zeros = np.zeros(bias.shape[0] if span < n_taps else 0, np.float32)
     layout = flags & BLOCKED
     grouped = flags & GROUPED
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         start = tile_at(first, tiles, blocks, strip)
@@ -449,7 +452,8 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                                  kept_flags, bounds)
                 img, band, block, tile, width = next_tile(img, band, block, tile, width,
                                                           tiles, blocks, strip)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)
 
 
@@ -476,8 +480,9 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
     stretch = np.zeros(depth * SPAN, np.float32)  # columns past an image's end stay zero
     scratch = np.empty(ROWS * SPAN, np.float32)
     nothing = scratch[:0]
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         for job in range(first, last):
@@ -508,5 +513,6 @@ def pointwise_jobs(x: np.ndarray, length: int, depth: int, weights: np.ndarray,
                            0, SPAN, nothing, 0, bounds)  # type: ignore[call-arg]
                 from_scratch(out, o0, length, scratch, rows, count, SPAN, 1, residual, flags,
                               bounds)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)

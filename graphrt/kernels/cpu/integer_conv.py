@@ -299,20 +299,22 @@ def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: 
                     body[j] = value
 
 
-@numba.njit(types.void(_U8_IN, _U32, I64_IN, COUNTERS), cache=True, nogil=True)
+@numba.njit(types.void(_U8_IN, _U32, I64_IN, COUNTERS, types.boolean), cache=True, nogil=True)
 def _interleave_phase(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray,
-                      counters: np.ndarray) -> None:
+                      counters: np.ndarray, caller: bool) -> None:
     """This thread's share of the padded copy (phase 1 of ``counters``, jobs of
     ``geometry[8]`` words of channels); returns once the copy is whole."""
     total = geometry[0] * ((geometry[1] + QUAD - 1) // QUAD)
     chunk = geometry[8]
     jobs = (total + chunk - 1) // chunk
+    mine = 0
     while True:
-        job, end = claim(counters, 1, 1, jobs)
+        job, end = claim(counters, 1, 1, jobs, caller)
         if job >= end:
             break
         _interleave(x, padded, geometry, job * chunk, min(total, (job + 1) * chunk))
-        done(counters, 1, 1)
+        mine += 1
+    done(counters, 1, mine)
     wait(counters, 1, jobs)
 
 
@@ -359,14 +361,15 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
     (an integer) go there instead, not requantized (``conv_integer``)."""
     if caller:
         ring(bell)
-    _interleave_phase(data, padded, geometry, counters)
+    _interleave_phase(data, padded, geometry, counters, caller)
     n_taps = taps.shape[0]
     blocks = (channels + CHANNELS - 1) // CHANNELS
     tiles = (length + PIXELS - 1) // PIXELS
     total = geometry[0] * blocks * tiles
     scratch = np.empty(CHANNELS * PIXELS, np.int32)
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         img, band, block, tile, width = tile_at(first, tiles, blocks, strip)
@@ -386,5 +389,6 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
                               b0, levels)
             img, band, block, tile, width = next_tile(img, band, block, tile, width, tiles,
                                                       blocks, strip)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)

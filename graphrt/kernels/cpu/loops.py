@@ -359,12 +359,14 @@ def jobs({0}, counters, grain, bell, caller, call, spins):
     if caller:
         _ring(bell)
     total = ({1} + {2} - 1) // {2}
+    mine = 0
     while True:
-        first, last = _claim(counters, 0, grain, total)
+        first, last = _claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         _range({0}, first * {2}, min({1}, last * {2}))
-        _done(counters, 0, last - first)
+        mine += last - first
+    _done(counters, 0, mine)
     return _finish(counters, total, bell, caller, call, spins)
 """
 """A loop's two entry points: ``whole`` runs every unit, ``jobs`` is its job function

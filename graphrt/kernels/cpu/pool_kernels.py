@@ -108,8 +108,9 @@ def max_pool_jobs(x: np.ndarray, out: np.ndarray, lowest: float, planes: int, h:
     data = line[left:left + w]
     spare = np.empty((2, w), x.dtype)  # partial maxima of rows, then of columns
     pairs = np.empty((2, ow), x.dtype)
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         for job in range(first, last):
@@ -141,7 +142,8 @@ def max_pool_jobs(x: np.ndarray, out: np.ndarray, lowest: float, planes: int, h:
                         _max2(into, line, sw, line[dw:], sw)
                     else:
                         _max2(into, pairs[(kx - 1) % 2], 1, line[kx * dw:], sw)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)
 
 

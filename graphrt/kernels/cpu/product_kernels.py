@@ -250,8 +250,9 @@ def row_jobs(x: np.ndarray, m: int, depth: int, columns: np.ndarray, n: int, out
     stride = (depth + 1) * SPAN
     scratch = np.empty(SPAN, np.float32)
     nothing = scratch[:0]
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, groups)
+        first, last = claim(counters, 0, grain, groups, caller)
         if first >= last:
             break
         for group in range(first, last):
@@ -275,7 +276,8 @@ def row_jobs(x: np.ndarray, m: int, depth: int, columns: np.ndarray, n: int, out
                                bounds)  # type: ignore[call-arg]
                     from_scratch(out, o0, n, scratch, 1, count, 0, 1, residual, flags,
                                  bounds)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, groups, bell, caller, call, spins)
 
 
@@ -331,8 +333,9 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
     total = tiles * chunks
     scratch = np.empty(ROWS * SPAN, np.float32)
     lines = np.empty(ROWS * depth, np.float32)
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         for job in range(first, last):
@@ -352,7 +355,8 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
                 else:
                     _short_tile(x, w0, depth, height, columns, c0, SPAN, columns, b0, out, o0,
                                 n, count, residual, flags, bounds, scratch, lines)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)
 
 
@@ -382,8 +386,9 @@ def batch_jobs(a: np.ndarray, b: np.ndarray, batches: int, m: int, k: int, n: in
     scratch = np.empty(ROWS * SPAN, np.float32)
     columns = np.empty(k * SPAN, np.float32)
     lines = np.empty(ROWS * k, np.float32)
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         for job in range(first, last):
@@ -408,5 +413,6 @@ def batch_jobs(a: np.ndarray, b: np.ndarray, batches: int, m: int, k: int, n: in
                     else:
                         _short_tile(a, w0, k, height, x, x0, plane, zeros, 0, out, o0, n,
                                     count, residual, flags, bounds, scratch, lines)
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)

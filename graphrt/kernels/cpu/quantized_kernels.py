@@ -75,15 +75,17 @@ def shifted(x: np.ndarray, zero: float, images: int, channels: int, first: int, 
     if caller:
         ring(bell)
     total = images * count
+    mine = 0
     while True:
-        begin, end = claim(counters, 0, grain, total)
+        begin, end = claim(counters, 0, grain, total, caller)
         if begin >= end:
             break
         for job in range(begin, end):
             n, c = divmod(job, count)
             _shift_plane(x, zero, (n * channels + first + c) * h * w, sh, sw, w, oh, ow,
                          out[job * oh * ow:(job + 1) * oh * ow])
-        done(counters, 0, end - begin)
+        mine += end - begin
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)
 
 
@@ -115,8 +117,9 @@ def requantize(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray, zero: 
     if caller:
         ring(bell)
     total = acc.shape[0] // length if length else 0
+    mine = 0
     while True:
-        begin, end = claim(counters, 0, grain, total)
+        begin, end = claim(counters, 0, grain, total, caller)
         if begin >= end:
             break
         for job in range(begin, end):
@@ -128,7 +131,8 @@ def requantize(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray, zero: 
             for p in range(length):
                 v = np.rint((np.float64(src[p]) + b) * m + zero)
                 dest[p] = min(max(v, low), high)
-        done(counters, 0, end - begin)
+        mine += end - begin
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)
 
 
@@ -146,8 +150,9 @@ def requantize_columns(acc: np.ndarray, multiplier: np.ndarray, zero: float, low
         ring(bell)
     total = acc.shape[0] // columns if columns else 0
     per_column = multiplier.shape[0] > 1
+    mine = 0
     while True:
-        begin, end = claim(counters, 0, grain, total)
+        begin, end = claim(counters, 0, grain, total, caller)
         if begin >= end:
             break
         for row in range(begin, end):
@@ -157,5 +162,6 @@ def requantize_columns(acc: np.ndarray, multiplier: np.ndarray, zero: float, low
                 m = multiplier[n] if per_column else multiplier[0]
                 v = np.rint(np.float64(src[n]) * m + zero)
                 dest[n] = min(max(v, low), high)
-        done(counters, 0, end - begin)
+        mine += end - begin
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)

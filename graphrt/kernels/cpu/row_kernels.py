@@ -123,12 +123,14 @@ def layer_norm_jobs(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, out: np.
         ring(bell)
     rows = x.shape[0]
     total = (rows + block - 1) // block
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         _layer_norm(x, gamma, beta, out, epsilon, first * block, min(rows, last * block))
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)
 
 
@@ -208,10 +210,12 @@ def softmax_jobs(x: np.ndarray, out: np.ndarray, block: int, counters: np.ndarra
         ring(bell)
     count = x.shape[0]
     total = (count + block - 1) // block
+    mine = 0
     while True:
-        first, last = claim(counters, 0, grain, total)
+        first, last = claim(counters, 0, grain, total, caller)
         if first >= last:
             break
         _softmax_range(x, out, first * block, min(count, last * block))
-        done(counters, 0, last - first)
+        mine += last - first
+    done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)

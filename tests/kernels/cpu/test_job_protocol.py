@@ -1,0 +1,85 @@
+"""The job protocol of the compiled host kernels (graphrt.kernels.cpu.job_protocol): the calling
+thread claims jobs from the front and helpers from the back, every job exactly once, and each
+thread counts its jobs done once, after its last."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+import numba
+
+from graphrt.kernels.cpu import crew
+from graphrt.kernels.cpu.job_protocol import JOBS, claim, done, finish, flat, ring
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("total", [1, 7, 64, 1000])
+def test_the_caller_claims_from_the_front_and_helpers_from_the_back(total: int) -> None:
+    counters = np.zeros(2, np.int64)
+    taken = np.zeros(total, np.int64)
+    front, back = 0, total
+    while True:
+        caller, grain = bool(RNG.integers(2)), int(RNG.integers(1, 9))
+        first, last = claim(counters, 0, grain, total, caller)
+        if first >= last:
+            break
+        assert last - first <= grain
+        if caller:  # the caller's ranges follow one another up from 0
+            assert first == front
+            front = last
+        else:  # the helpers' ranges follow one another down from the end
+            assert last == back
+            back = first
+        taken[first:last] += 1
+    assert front == back
+    np.testing.assert_array_equal(taken, 1)
+    assert claim(counters, 0, 4, total, True)[0] >= claim(counters, 0, 4, total, True)[1]
+
+
+@numba.njit(numba.types.boolean(flat(numba.types.int64), numba.types.int64, *JOBS),
+            nogil=True)
+def _tally_jobs(owner: np.ndarray, work: int, counters: np.ndarray, grain: int,
+                bell: np.ndarray, caller: bool, call: int, spins: int) -> bool:
+    """Marks each job with the thread that ran it (1 the caller, 2 a helper), after ``work``
+    steps of busy work a job."""
+    if caller:
+        ring(bell)
+    total = owner.shape[0]
+    mine = 0
+    while True:
+        first, last = claim(counters, 0, grain, total, caller)
+        if first >= last:
+            break
+        for job in range(first, last):
+            spent = 0.0
+            for step in range(work):
+                spent += step * 1e-9
+            owner[job] += (1 if caller else 2) + int(spent > 1e9)
+        mine += last - first
+    done(counters, 0, mine)
+    return finish(counters, total, bell, caller, call, spins)
+
+
+def test_threads_claiming_at_once_run_every_job_once_the_caller_from_the_front() -> None:
+    helped = 0
+    for _ in range(5):
+        owner = np.zeros(400, np.int64)
+        crew.run_jobs(_tally_jobs, True, (owner, 20_000, np.zeros(2, np.int64), 2))
+        assert set(np.unique(owner)) <= {1, 2}  # each job once, by one thread
+        mine = np.flatnonzero(owner == 1)
+        assert mine.size and mine[0] == 0 and np.all(np.diff(mine) == 1)  # one prefix
+        if crew.available_cores() > 1 and mine.size < owner.size:
+            theirs = np.flatnonzero(owner == 2)  # the rest: one suffix, by the helpers
+            assert theirs[0] == mine[-1] + 1 and theirs[-1] == owner.size - 1
+            helped += 1
+    assert helped or crew.available_cores() == 1  # (a helper joins 4 ms of jobs in time)
+
+
+def test_the_caller_alone_runs_every_job_in_order() -> None:
+    owner = np.zeros(50, np.int64)
+    crew.run_jobs(_tally_jobs, False, (owner, 10, np.zeros(2, np.int64), 3))
+    np.testing.assert_array_equal(owner, 1)
