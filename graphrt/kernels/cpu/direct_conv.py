@@ -337,7 +337,8 @@ def _pack(x: np.ndarray, panels: np.ndarray, padding: np.ndarray, first: int, la
                     panels[target + k] = x[source + k]
 
 
-@numba.njit(types.void(FLOATS_IN, FLOATS, I64_IN, COUNTERS, types.boolean), cache=True, nogil=True)
+@numba.njit(types.void(FLOATS_IN, FLOATS, I64_IN, COUNTERS, types.boolean), cache=True,
+            nogil=True)
 def _pad_phase(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, counters: np.ndarray,
                caller: bool) -> None:
     """This thread's share of the padded copy (or the panels) of a call, phase 1 of its

@@ -299,7 +299,8 @@ def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: 
                     body[j] = value
 
 
-@numba.njit(types.void(_U8_IN, _U32, I64_IN, COUNTERS, types.boolean), cache=True, nogil=True)
+@numba.njit(types.void(_U8_IN, _U32, I64_IN, COUNTERS, types.boolean), cache=True,
+            nogil=True)
 def _interleave_phase(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray,
                       counters: np.ndarray, caller: bool) -> None:
     """This thread's share of the padded copy (phase 1 of ``counters``, jobs of

@@ -140,8 +140,8 @@ def claim(counters: np.ndarray, phase: int, grain: int, total: int, caller: bool
     from the front, helpers from the back, so each thread keeps to one end of the data from
     call to call (and reads back what it wrote, where the next call's jobs are numbered as
     this one's; on a virtual machine whose two cores were far apart, a line written by the
-    other one took 500-800 ns to reach). One word holds both ends, claimed in one atomic
-    step."""
+    other one took 500-800 ns to reach). One word holds both ends, 32 bits each (so fewer
+    than 2**31 jobs a phase), claimed in one atomic step."""
     at = 2 * phase
     while True:
         word: int = _read(counters, at)  # type: ignore[call-arg]  # (typingctx)
