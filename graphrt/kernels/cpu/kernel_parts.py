@@ -56,6 +56,7 @@ __all__ = [
     "interleave8",
     "layouts",
     "next_tile",
+    "prefetch",
     "rectified",
     "spill_tile",
     "splat",
@@ -268,6 +269,27 @@ def interleave8(typingctx: Any, x: Any, at: Any, stride: Any, lanes: Any, to: An
         for j, column in enumerate(transpose(builder, rows)):
             builder.store(column, vector_at(builder, lp, builder.add(to, c64(LANES * j))),
                           align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx: Any, x: Any, at: Any) -> Any:
+    """Ask for the cache line of ``x[at]`` in the level-2 cache, to be read soon
+    (``llvm.prefetch``, locality 2: x86 ``prefetcht1``): a hint, which neither faults nor
+    waits. A tile's residual, fetched a tile ahead this way, arrives while the tile is
+    summed; asked for at the tile itself it stalls the store, and a line fetched into the
+    level-1 cache a whole tile early is evicted by the tile's own reads."""
+    sig = types.void(x, at)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        byte = ir.IntType(8).as_pointer()
+        line = builder.bitcast(builder.gep(array_data(context, builder, signature, args, 0).data,
+                                           [args[1]]), byte)
+        hint = builder.module.declare_intrinsic("llvm.prefetch", [byte], ir.FunctionType(
+            ir.VoidType(), [byte, I32, I32, I32]))
+        builder.call(hint, [line, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen

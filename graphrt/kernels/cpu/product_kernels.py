@@ -33,6 +33,7 @@ from .job_protocol import JOBS, claim, done, finish, ring
 from .kernel_parts import (
     FLOATS,
     FLOATS_IN,
+    RESIDUAL,
     V8,
     accumulate,
     array_data,
@@ -40,6 +41,7 @@ from .kernel_parts import (
     clip_of,
     fma_of,
     from_scratch,
+    prefetch,
     splat,
     store_vector,
     stores,
@@ -324,7 +326,8 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
     16-column panel by ``chunk`` blocks of 6 rows (the panel stays in cache over them),
     claimed as in :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six
     arguments these are); a tile short of rows or columns is stored through a scratch
-    tile."""
+    tile. With a residual, each tile asks for the next one's lines of it
+    (:func:`~graphrt.kernels.cpu.kernel_parts.prefetch`)."""
     if caller:
         ring(bell)
     blocks = (m + ROWS - 1) // ROWS
@@ -333,6 +336,7 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
     total = tiles * chunks
     scratch = np.empty(ROWS * SPAN, np.float32)
     lines = np.empty(ROWS * depth, np.float32)
+    summed = flags & RESIDUAL != 0
     mine = 0
     while True:
         first, last = claim(counters, 0, grain, total, caller)
@@ -344,7 +348,11 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
             c0 = tile * (depth + 1) * SPAN
             b0 = c0 + depth * SPAN
             count = min(SPAN, n - tile * SPAN)
-            for block in range(part * chunk, min(blocks, (part + 1) * chunk)):
+            bottom = min(blocks, (part + 1) * chunk)
+            for block in range(part * chunk, bottom):
+                if summed and block + 1 < bottom:  # the next tile's residual, while this sums
+                    for row in range((block + 1) * ROWS, min(m, (block + 2) * ROWS)):
+                        prefetch(residual, row * n + tile * SPAN)  # type: ignore[call-arg]
                 height = min(ROWS, m - block * ROWS)
                 o0 = block * ROWS * n + tile * SPAN
                 w0 = block * ROWS * depth

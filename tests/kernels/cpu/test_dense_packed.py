@@ -285,6 +285,29 @@ def test_packed_weights_start_a_cache_line() -> None:
     assert all(pack.ctypes.data % ALIGNMENT == 0 for pack in packs)
 
 
+def test_the_residual_hint_is_a_level_2_prefetch_that_changes_nothing() -> None:
+    """The hint a residual product gives a tile ahead (``kernel_parts.prefetch``) compiles
+    to x86's ``prefetcht1`` (into the level-2 cache) and leaves the data as it was."""
+    import platform
+
+    import numba
+
+    from graphrt.kernels.cpu.kernel_parts import prefetch
+
+    @numba.njit
+    def hinted(x: np.ndarray) -> float:
+        for at in range(0, x.size, 16):
+            prefetch(x, at)
+        return float(x.sum())
+
+    x = np.arange(100, dtype=np.float32)
+    before = x.copy()
+    assert hinted(x) == 4950.0
+    np.testing.assert_array_equal(x, before)
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "prefetcht1" in next(iter(hinted.inspect_asm().values()))
+
+
 @pytest.mark.parametrize("epilogue", [Epilogue(bias=True), Epilogue(bias=True, relu=True),
                                       Epilogue(bias=True, residual=True),
                                       Epilogue(bias=True, residual=True, clip=(-1.0, 1.0))])
