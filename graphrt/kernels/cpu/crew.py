@@ -35,7 +35,8 @@ import numpy as np
 from .blas_threads import blas_held
 
 __all__ = ["THREADS_VARIABLE", "JobCall", "Jobs", "LastArrays", "available_cores",
-           "default_threads", "environment_threads", "quiet", "run_jobs", "threads_held"]
+           "default_threads", "environment_threads", "quiet", "run_jobs", "threads_held",
+           "threads_now"]
 
 THREADS_VARIABLE = "GRAPHRT_THREADS"
 """The environment variable that sets the default of ``create(threads=...)``."""
@@ -180,6 +181,28 @@ def run_jobs(jobs: Jobs, parallel: bool, args: tuple[Any, ...]) -> None:
 
 
 _ALL = 1 << 30
+
+
+def threads_now() -> int:
+    """The threads a job function called now from this thread may run on: this thread and
+    the helpers its cap (:class:`threads_held`) allows, one per core.
+
+    Example:
+        >>> with threads_held(1):
+        ...     threads_now()
+        1
+    """
+    return 1 + min(getattr(_held, "helpers", _ALL), _cores() - 1)
+
+
+_cores_seen: list[int] = []
+
+
+def _cores() -> int:
+    """:func:`available_cores`, asked once (the helpers' count is fixed as the crew starts)."""
+    if not _cores_seen:
+        _cores_seen.append(available_cores())
+    return _cores_seen[0]
 
 
 class threads_held:

@@ -285,6 +285,41 @@ def test_packed_weights_start_a_cache_line() -> None:
     assert all(pack.ctypes.data % ALIGNMENT == 0 for pack in packs)
 
 
+@pytest.mark.parametrize("blocks, k, threads", [(86, 512, 2), (86, 512, 4), (171, 256, 2),
+                                                 (11, 1024, 2), (300, 64, 3), (2, 64, 2)])
+def test_rows_split_in_a_multiple_of_the_threads_chunks_that_fit_the_cache(
+        blocks: int, k: int, threads: int) -> None:
+    """The caller's claims and the helpers' meet at a chunk's edge: the chunks' count is a
+    multiple of the threads, each chunk of data within the bytes one job keeps in cache."""
+    from graphrt.kernels.cpu.dense import _CHUNK_BYTES, _chunk
+
+    chunk = _chunk(blocks, k, threads)
+    assert -(-blocks // chunk) % threads == 0
+    assert chunk * 6 * (k + 1) * 4 <= _CHUNK_BYTES
+    assert _chunk(86, 512, 1) == 29  # one thread: as even as may be, no more chunks
+
+
+def test_a_product_split_for_two_threads_and_for_one_gives_the_same_bits() -> None:
+    """The split follows the threads a call may use (a run context's cap included), bound
+    once per count; every tile sums in the same order either way."""
+    from graphrt.kernels.cpu.crew import threads_held
+
+    x = RNG.standard_normal((512, 256)).astype(np.float32)  # on the helpers: 6M multiply-adds
+    w = _frozen(RNG.standard_normal((256, 48)).astype(np.float32))
+    op = get_op("matmul")
+    prepared = dense_call("matmul", op.attrs(), _types(x, w), TensorType((512, 48), "float32"),
+                          NO_EPILOGUE, _reference("matmul", op.attrs(), 2))
+    assert prepared is not None
+    outs = [np.empty((512, 48), np.float32) for _ in range(3)]
+    _call(prepared, x, w, outs[0])
+    with threads_held(1):
+        _call(prepared, x, w, outs[1])
+    _call(prepared, x, w, outs[2])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+    np.testing.assert_allclose(outs[0], x @ w, rtol=1e-4, atol=1e-3)
+
+
 def test_the_residual_hint_is_a_level_2_prefetch_that_changes_nothing() -> None:
     """The hint a residual product gives a tile ahead (``kernel_parts.prefetch``) compiles
     to x86's ``prefetcht1`` (into the level-2 cache) and leaves the data as it was."""
