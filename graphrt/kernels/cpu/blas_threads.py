@@ -39,7 +39,7 @@ class _Hold:
         self._lanes = 0
         self._libraries: list[Any] | None = None
         self._original: list[int] = []
-        self._limit = 0
+        self._current: list[int] = []
 
     @property
     def lanes(self) -> int:
@@ -62,20 +62,22 @@ class _Hold:
             libraries = self._blas()
             if self._holders == 0:
                 self._original = [lib.get_num_threads() for lib in libraries]
-                self._limit = threads + 1  # set below
+                self._current = list(self._original)
             self._holders += 1
-            if threads < self._limit:
-                self._limit = threads
-                for lib in libraries:
+            for i, lib in enumerate(libraries):  # only where it lowers a count: a call to
+                if threads < self._current[i]:   # OpenBLAS's setter took 10 us
                     _set_threads(lib, threads)
+                    self._current[i] = threads
 
     def exit(self, lanes: bool) -> None:
         with self._lock:
             self._lanes -= lanes
             self._holders -= 1
             if self._holders == 0:
-                for lib, count in zip(self._blas(), self._original, strict=True):
-                    _set_threads(lib, count)
+                for lib, count, now in zip(self._blas(), self._original, self._current,
+                                           strict=True):
+                    if now != count:
+                        _set_threads(lib, count)
 
 
 def _set_threads(lib: Any, count: int) -> None:

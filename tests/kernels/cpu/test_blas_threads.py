@@ -37,3 +37,25 @@ def test_a_worker_thread_holds_blas_down_after_the_main_thread_did() -> None:
     worker.join()
     assert seen["inside"] == [1] * len(original)
     assert seen["after"] == original
+
+
+def test_a_hold_at_or_above_blas_count_sets_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a hold that lowers BLAS's count calls its setter (then once to restore it): a
+    setter call took 10 us of every run of a capped module."""
+    from graphrt.kernels.cpu import blas_threads
+
+    original = _counts()
+    if not original:
+        pytest.skip("no BLAS library is loaded")
+    calls: list[int] = []
+    real = blas_threads._set_threads
+    monkeypatch.setattr(blas_threads, "_set_threads",
+                        lambda lib, count: (calls.append(count), real(lib, count)))
+    with blas_held(max(original)):
+        assert _counts() == original
+    assert calls == []
+    if max(original) >= 2:
+        with blas_held(1), blas_held(2):
+            assert _counts() == [1] * len(original)
+        assert _counts() == original
+        assert calls == [1] * len(original) + [c for c in original if c != 1]
