@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -195,14 +196,10 @@ def threads_now() -> int:
     return 1 + min(getattr(_held, "helpers", _ALL), _cores() - 1)
 
 
-_cores_seen: list[int] = []
-
-
+@functools.cache
 def _cores() -> int:
     """:func:`available_cores`, asked once (the helpers' count is fixed as the crew starts)."""
-    if not _cores_seen:
-        _cores_seen.append(available_cores())
-    return _cores_seen[0]
+    return available_cores()
 
 
 class threads_held:
