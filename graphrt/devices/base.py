@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import mmap
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
@@ -18,6 +19,7 @@ __all__ = [
     "ALIGNMENT",
     "CPU",
     "CUDA",
+    "HUGE_PAGE",
     "SIM",
     "Array",
     "Backend",
@@ -41,13 +43,55 @@ Array = Any
 
 
 def aligned_zeros(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """A zero-filled uint8 host buffer whose first byte is :data:`ALIGNMENT`-aligned."""
+    """A zero-filled uint8 host buffer whose first byte is :data:`ALIGNMENT`-aligned; from
+    :data:`HUGE_PAGE` bytes up, in huge pages where the system has them (:func:`_huge_zeros`).
+
+    Example:
+        >>> buffer = aligned_zeros(3 << 20)
+        >>> buffer.ctypes.data % ALIGNMENT, int(buffer.sum())
+        (0, 0)
+    """
+    if nbytes >= HUGE_PAGE and _MADV_HUGEPAGE is not None:
+        return _huge_zeros(nbytes, _MADV_HUGEPAGE)
     raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % ALIGNMENT
     # Not a slice: numpy gives an empty slice its base's address, unaligned.
     aligned: np.ndarray[Any, np.dtype[np.uint8]] = np.ndarray(
         (nbytes,), dtype=np.uint8, buffer=raw, offset=offset)
     return aligned
+
+
+HUGE_PAGE = 1 << 21
+"""Bytes of a transparent huge page on x86-64 and most arm64 kernels; buffers of at least
+this size start on one (:func:`_huge_zeros`)."""
+_MADV_HUGEPAGE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)  # Linux only
+
+
+def _huge_zeros(nbytes: int, advice: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """``nbytes`` of fresh anonymous memory starting on a :data:`HUGE_PAGE` boundary, its
+    whole huge pages advised to the kernel as such (``madvise(MADV_HUGEPAGE)``; the rest and
+    the slack before the start are never touched, so they take no memory).
+
+    A weight read from 4 KiB pages needs a page-table walk every 4 KiB, and in a virtual
+    machine each walk is two (the guest's tables, then the host's): four 1024 x 1024 float32
+    matrix-vector products took 0.85-0.92x as long on weights in huge pages as in 4 KiB
+    pages (60 rounds in random order, one process). numpy advises only the aligned 2 MiB
+    stretches of its own large allocations, so about half of graphrt's weights had been in
+    huge pages; all of them are now, and the MLP at batch 1 runs about 7% faster (two
+    processes, old and new tree alternated, both orders). Products that reuse each weight
+    over many rows gain nothing (ResNet-18 and -50, the 512 x 512 branches: level). Where the
+    kernel's THP setting is ``never`` the advice does nothing and this is plain zeroed memory.
+    """
+    try:
+        region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, OverflowError) as err:  # ENOMEM, or past any address: as numpy's would be
+        raise MemoryError(f"cannot map {nbytes} bytes: {err}") from None
+    whole = np.frombuffer(region, dtype=np.uint8)
+    start = -whole.ctypes.data % HUGE_PAGE
+    pages = nbytes - nbytes % HUGE_PAGE
+    with suppress(OSError):  # a kernel without THP: plain pages
+        region.madvise(advice, start, pages)
+    return whole[start:start + nbytes]
 
 
 def aligned_copy(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

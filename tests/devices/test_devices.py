@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import mmap
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import graphrt
-from graphrt.devices import ALIGNMENT, SimArray, backend_for, copier, locate
+from graphrt.devices import ALIGNMENT, SimArray, allocate, backend_for, copier, locate
+from graphrt.devices.base import HUGE_PAGE
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -170,6 +173,53 @@ def test_allocate_many_all_aligned() -> None:
     backend = backend_for(graphrt.cpu(0))
     buffers = [backend.allocate(n) for n in range(1, 200)]
     assert all(b.ctypes.data % 64 == 0 for b in buffers)
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The ``VmFlags`` of this process's mapping that holds ``address`` (Linux's smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head):
+            low, high = (int(part, 16) for part in head.split("-"))
+            inside = low <= address < high
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    return []
+
+
+@pytest.mark.parametrize("dev", HOST_DEVICES, ids=str)
+@pytest.mark.parametrize("nbytes", [HUGE_PAGE, 3 * HUGE_PAGE + 12345])
+def test_large_buffers_start_on_a_huge_page(dev: graphrt.Device, nbytes: int) -> None:
+    buf = backend_for(dev).allocate(nbytes)
+    assert buf.shape == (nbytes,) and buf.dtype == np.uint8
+    assert buf.ctypes.data % HUGE_PAGE == 0
+    assert not buf.any() and buf.flags.c_contiguous and buf.flags.writeable
+    buf[-1] = 7  # the whole length is usable
+    assert int(buf.sum()) == 7
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/mm/transparent_hugepage").exists(),
+                    reason="needs Linux with transparent huge pages")
+def test_large_buffers_are_advised_as_huge_pages() -> None:
+    buf = backend_for(graphrt.cpu(0)).allocate(2 * HUGE_PAGE)
+    assert "hg" in _vm_flags(buf.ctypes.data)  # madvise(MADV_HUGEPAGE) took
+    small = backend_for(graphrt.cpu(0)).allocate(HUGE_PAGE - 1)
+    assert "hg" not in _vm_flags(small.ctypes.data)
+
+
+def test_a_large_buffer_that_cannot_be_mapped_is_a_placement_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_memory(*args: Any, **kwargs: Any) -> None:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", no_memory)
+    with pytest.raises(graphrt.PlacementError,
+                       match=r"cannot allocate 4194304 bytes on cpu:0 for a test \(MemoryError: "
+                             r"cannot map 4194304 bytes"):
+        allocate(graphrt.cpu(0), 4 * 2**20, "a test")
+    monkeypatch.undo()
+    assert allocate(graphrt.cpu(0), 4 * 2**20, "a test").nbytes == 4 * 2**20
 
 
 def test_backend_is_cached_per_device() -> None:
