@@ -110,12 +110,21 @@ def pack_columns(weight: np.ndarray[Any, Any], transposed: bool,
 def epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,
                    epilogue: Epilogue) -> None:
     """The epilogue on a stored result (the reference's path)."""
+    for step in _epilogue_steps(out, residual, epilogue):
+        step()
+
+
+def _epilogue_steps(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,
+                   epilogue: Epilogue) -> list[Callable[[], Any]]:
+    """The numpy calls of the epilogue on a stored result, in order, bound to ``out``."""
+    steps: list[Callable[[], Any]] = []
     if residual is not None:
-        np.add(out, residual, out=out)
+        steps.append(partial(np.add, out, residual, out=out))
     if epilogue.relu:
-        np.maximum(out, 0, out=out)  # NaN stays NaN
+        steps.append(partial(np.maximum, out, 0, out=out))  # NaN stays NaN
     if epilogue.clip is not None:
-        np.clip(out, *epilogue.clip, out=out)
+        steps.append(partial(np.clip, out, *epilogue.clip, out=out))
+    return steps
 
 
 def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorType,
@@ -167,13 +176,14 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
         result = arrays[-1]
         if not (allowed and (not few or rows_ok) and is_frozen(weight)
                 and (bias is None or is_frozen(bias))):
-            product = (_numpy_product(op, transposed, arrays[0], weight, bias, result) if plain
-                       else None)
-            if product is None:
-                product = partial(reference, *arrays[:own], result)
+            steps = (_numpy_product(op, transposed, arrays[0], weight, bias, result) if plain
+                     else None)
+            if steps is None:
+                steps = [partial(reference, *arrays[:own], result)]
                 if epilogue.bias:  # then the bias, as the add step after it would
-                    product = partial(_then_add, product, result, bias)
-            return partial(_reference_call, product, result, residual, epilogue)
+                    steps.append(partial(np.add, result, bias, out=result))
+            steps += _epilogue_steps(result, residual, epilogue)
+            return steps[0] if len(steps) == 1 else partial(_in_turn, tuple(steps))
         columns = derived(weight, ("dense", transposed, id(bias)), lambda: pack_columns(
             weight, transposed, bias))
         flat = result.reshape(-1)
@@ -230,19 +240,13 @@ def _jobs_call(jobs: Any, parallel: bool, args: tuple[Any, ...], grain: int) -> 
     run_jobs(jobs, parallel and not lanes_running(), (*args, np.zeros(2, np.int64), grain))
 
 
-def _then_add(product: Callable[[], None], result: Any, bias: Any) -> None:
-    product()
-    np.add(result, bias, out=result)
-
-
-def _reference_call(product: Callable[[], None], result: Any, residual: Any,
-                    epilogue: Epilogue) -> None:
-    product()
-    epilogue_after(result, residual, epilogue)
+def _in_turn(steps: tuple[Callable[[], Any], ...]) -> None:
+    for step in steps:
+        step()
 
 
 def _numpy_product(op: str, transposed: bool, x: Any, weight: Any, bias: Any, result: Any
-                   ) -> Callable[[], None] | None:
+                   ) -> list[Callable[[], Any]] | None:
     """The reference's own numpy calls (the same, in the same order) on these arrays, for a
     graph whose BLAS policy adds nothing to them (no compiled kernel takes the helper
     threads) and where the views they take are views (C-contiguous data and result): the
@@ -255,5 +259,5 @@ def _numpy_product(op: str, transposed: bool, x: Any, weight: Any, bias: Any, re
     if op == "dense":  # its reference's 2-D views
         rows = result.size // weight.shape[0]
         x, out = x.reshape(rows, x.shape[-1]), result.reshape(rows, weight.shape[0])
-    product = partial(np.matmul, x, right, out=out)
-    return product if bias is None else partial(_then_add, product, out, bias)
+    product: list[Callable[[], Any]] = [partial(np.matmul, x, right, out=out)]
+    return product if bias is None else [*product, partial(np.add, out, bias, out=out)]
