@@ -194,7 +194,7 @@ def dense_call(op: str, attrs: Any, inputs: Sequence[TensorType], out: TensorTyp
             return partial(_jobs_call, kernels.row_jobs, parallel, (
                 data, m, k, columns, n, flat, extra, flags, bounds), grain)
         chunk = _chunk(-(-m // _ROWS), k, threads if parallel and m >= n else 1)
-        jobs = -(-n // _SPAN) * -(-m // (_ROWS * chunk))
+        jobs = -(-n // (_SPAN * kernels.PAIR)) * -(-m // (_ROWS * chunk))
         return partial(_jobs_call, kernels.dense_jobs, parallel, (
             data, k, columns, m, n, flat, extra, flags, bounds, chunk), max(1, min(8, jobs // 32)))
 

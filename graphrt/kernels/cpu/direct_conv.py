@@ -83,10 +83,10 @@ from .kernel_parts import (
     tile_at,
     vector_at,
 )
-from .product_kernels import ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
+from .product_kernels import PAIR, ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
 
 __all__ = ["BLOCKED", "CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "GROUPED", "LANES", "PADDING",
-           "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "batch_jobs", "conv_jobs",
+           "PAIR", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "batch_jobs", "conv_jobs",
            "dense_jobs", "depthwise_jobs", "pack_weights", "pointwise_jobs", "row_jobs"]
 
 CHANNELS = 16

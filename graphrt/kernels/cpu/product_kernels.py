@@ -35,6 +35,7 @@ from .kernel_parts import (
     FLOATS_IN,
     RESIDUAL,
     V8,
+    WIDE,
     accumulate,
     array_data,
     c64,
@@ -48,30 +49,42 @@ from .kernel_parts import (
     vector_at,
 )
 
-__all__ = ["PANELS", "ROWS", "SPAN", "batch_jobs", "dense_jobs", "panel", "row_jobs",
-           "strided_panel"]
+__all__ = ["PAIR", "PANELS", "ROWS", "SPAN", "batch_jobs", "dense_jobs", "panel", "row_jobs",
+           "strided_panel", "wide_panel"]
 
 ROWS = 6
 """Output channels of one pointwise tile (a broadcast weight each)."""
 SPAN = 16
 """Pixels of one pointwise tile (two vectors of the data and of the output)."""
-def _tile_codegen(strided: bool) -> Any:
-    """The code of :func:`panel`, or with ``strided`` of :func:`strided_panel` (whose
+PAIR = 2 if WIDE else 1
+"""Packed panels of 16 columns one tile of a product covers: two on AVX-512
+(:func:`wide_panel`), one on AVX2 (:func:`strided_panel`)."""
+def _tile_codegen(strided: bool, wide: bool = False) -> Any:
+    """The code of :func:`panel`, with ``strided`` of :func:`strided_panel` (whose
     arguments 2 and 3 are the broadcast operand's step and row strides, and whose bias is
-    a vector of 16 columns)."""
-    shift = 2 if strided else 0
+    a vector of 16 columns), with ``wide`` too of :func:`wide_panel` (two panels of 16
+    columns, ``xpanel`` and ``bpanel`` apart, a sixteen-wide vector each)."""
+    names = ["weights", "w0", *(("wstep", "wrow") if strided else ()), "depth", "x", "x0",
+             "xplane", *(("xpanel",) if wide else ()), "bias", "b0",
+             *(("bpanel",) if wide else ()), "out", "o0", "oplane", "residual", "flags",
+             "bounds"]
+    at = {name: i for i, name in enumerate(names)}
+    lanes = 16 if wide else 8
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        wp, xp, bp, op, rp, lp = (
-            array_data(context, builder, signature, args, i + (shift if i else 0)).data
-            for i in (0, 3, 6, 8, 11, 13))
-        w0 = args[1]
-        wstep, wrow = (args[2], args[3]) if strided else (c64(ROWS), c64(1))
-        depth, x0, xplane, b0, o0, oplane, flags = (args[i + shift]
-                                                    for i in (2, 4, 5, 7, 9, 10, 12))
-        fma = fma_of(builder)
+        wp, xp, bp, op, rp, lp = (array_data(context, builder, signature, args, at[name]).data
+                                  for name in ("weights", "x", "bias", "out", "residual",
+                                               "bounds"))
+        w0, depth, x0, xplane, b0, o0, oplane, flags = (
+            args[at[name]] for name in ("w0", "depth", "x0", "xplane", "b0", "o0", "oplane",
+                                        "flags"))
+        wstep, wrow = (args[at["wstep"]], args[at["wrow"]]) if strided else (c64(ROWS), c64(1))
+        # where the two vectors of a row's data, bias and output lie
+        xs = [builder.mul(args[at["xpanel"]], c64(h)) if wide else c64(8 * h) for h in range(2)]
+        bs = [builder.mul(args[at["bpanel"]], c64(h)) if wide else c64(8 * h) for h in range(2)]
+        fma = fma_of(builder, lanes)
         if strided:  # a bias per column, the same for every row
-            columns = [builder.load(vector_at(builder, bp, builder.add(b0, c64(8 * h))),
+            columns = [builder.load(vector_at(builder, bp, builder.add(b0, bs[h]), lanes),
                                     align=4) for h in range(2)]
             starts = [columns[h] for _ in range(ROWS) for h in range(2)]
         else:  # a bias per row
@@ -81,25 +94,25 @@ def _tile_codegen(strided: bool) -> Any:
 
         def channel(t: Any, accs: list[Any]) -> list[Any]:
             xi = builder.add(x0, builder.mul(t, xplane))
-            data = [builder.load(vector_at(builder, xp, builder.add(xi, c64(8 * h))), align=4)
+            data = [builder.load(vector_at(builder, xp, builder.add(xi, xs[h]), lanes), align=4)
                     for h in range(2)]
             wi = builder.mul(t, wstep)
             new: list[Any] = []
             for r in range(ROWS):
                 weight = splat(builder, builder.load(builder.gep(wp, [builder.add(rows[r],
-                                                                                   wi)])))
+                                                                                   wi)])), lanes)
                 new.extend(builder.call(fma, [weight, data[h], accs[2 * r + h]])
                            for h in range(2))
             return new
 
         accs = accumulate(builder, depth, starts, channel)
-        clip, low, high = clip_of(builder, flags, lp, True)
+        clip, low, high = clip_of(builder, flags, lp, True, lanes)
 
         def store(residual: bool, relu: bool) -> None:
             for r in range(ROWS):
                 for h in range(2):
                     index = builder.add(o0, builder.add(builder.mul(oplane, c64(r)),
-                                                        c64(8 * h)))
+                                                        c64(lanes * h)))
                     store_vector(builder, accs[2 * r + h], op, rp, index, residual, relu, clip,
                                  low, high)
 
@@ -130,6 +143,19 @@ def strided_panel(typingctx: Any, weights: Any, w0: Any, wstep: Any, wrow: Any, 
     ``wrow`` its row length), and ``bias[b0 .. b0+15]`` a bias per column (of the 16)."""
     return types.void(weights, w0, wstep, wrow, depth, x, x0, xplane, bias, b0, out, o0,
                       oplane, residual, flags, bounds), _tile_codegen(True)
+
+
+@intrinsic
+def wide_panel(typingctx: Any, weights: Any, w0: Any, wstep: Any, wrow: Any, depth: Any,
+               x: Any, x0: Any, xplane: Any, xpanel: Any, bias: Any, b0: Any, bpanel: Any,
+               out: Any, o0: Any, oplane: Any, residual: Any, flags: Any, bounds: Any) -> Any:
+    """:func:`strided_panel` over two panels of 16 columns at once, for AVX-512
+    (:data:`~graphrt.kernels.cpu.kernel_parts.WIDE`): the second panel's steps ``xpanel``
+    floats after the first's, its bias ``bpanel`` after, its 16 columns of ``out`` stored
+    after the first's 16; a sixteen-wide vector a panel, so 12 accumulators hold 6 rows x
+    32 columns."""
+    return types.void(weights, w0, wstep, wrow, depth, x, x0, xplane, xpanel, bias, b0,
+                      bpanel, out, o0, oplane, residual, flags, bounds), _tile_codegen(True, True)
 
 
 @intrinsic
@@ -321,9 +347,10 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
                call: int, spins: int) -> bool:
     """A matrix product ``out`` ``[m, n]`` = ``x`` ``[m, depth]`` @ the columns packed 16 at
     a time (``[ceil(n/16), depth + 1, 16]``, the bias the last step, zeros past ``n``), all
-    flattened, on the micro-kernel (:func:`strided_panel`): ``x`` read in place, 6 rows at a
-    time (a last block short of rows copied out, padded with zeros). Jobs are one
-    16-column panel by ``chunk`` blocks of 6 rows (the panel stays in cache over them),
+    flattened, on the micro-kernel (:func:`wide_panel` on AVX-512, else
+    :func:`strided_panel`): ``x`` read in place, 6 rows at a time (a last block short of
+    rows copied out, padded with zeros). Jobs are :data:`PAIR` 16-column panels by
+    ``chunk`` blocks of 6 rows (the panels stay in cache over them),
     claimed as in :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six
     arguments these are); a tile short of rows or columns is stored through a scratch
     tile. With a residual, each tile asks for the next one's lines of it
@@ -333,7 +360,9 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
     blocks = (m + ROWS - 1) // ROWS
     chunks = (blocks + chunk - 1) // chunk
     tiles = (n + SPAN - 1) // SPAN
-    total = tiles * chunks
+    groups = (tiles + PAIR - 1) // PAIR  # of PAIR panels, a job's columns
+    total = groups * chunks
+    stride = (depth + 1) * SPAN
     scratch = np.empty(ROWS * SPAN, np.float32)
     lines = np.empty(ROWS * depth, np.float32)
     summed = flags & RESIDUAL != 0
@@ -343,26 +372,37 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
         if first >= last:
             break
         for job in range(first, last):
-            tile = job % tiles
-            part = job // tiles
-            c0 = tile * (depth + 1) * SPAN
-            b0 = c0 + depth * SPAN
-            count = min(SPAN, n - tile * SPAN)
+            group = job % groups
+            part = job // groups
+            left = group * PAIR * SPAN  # the job's first column
+            width = min(PAIR * SPAN, n - left)
+            c0 = group * PAIR * stride
             bottom = min(blocks, (part + 1) * chunk)
             for block in range(part * chunk, bottom):
                 if summed and block + 1 < bottom:  # the next tile's residual, while this sums
                     for row in range((block + 1) * ROWS, min(m, (block + 2) * ROWS)):
-                        prefetch(residual, row * n + tile * SPAN)  # type: ignore[call-arg]
+                        for column in range(left, left + width, SPAN):
+                            prefetch(residual, row * n + column)  # type: ignore[call-arg]
                 height = min(ROWS, m - block * ROWS)
-                o0 = block * ROWS * n + tile * SPAN
+                o0 = block * ROWS * n + left
                 w0 = block * ROWS * depth
-                if count == SPAN and height == ROWS:
-                    strided_panel(x, w0, 1, depth, depth, columns, c0, SPAN, columns, b0, out,
-                                  o0, n, residual, flags,
-                                  bounds)  # type: ignore[call-arg]  # (typingctx)
-                else:
-                    _short_tile(x, w0, depth, height, columns, c0, SPAN, columns, b0, out, o0,
-                                n, count, residual, flags, bounds, scratch, lines)
+                if PAIR == 2 and width == 2 * SPAN and height == ROWS:
+                    wide_panel(x, w0, 1, depth, depth, columns, c0, SPAN, stride, columns,
+                               c0 + depth * SPAN, stride, out, o0, n, residual, flags,
+                               bounds)  # type: ignore[call-arg]  # (typingctx)
+                    continue
+                for tile in range(PAIR * group, min(tiles, PAIR * (group + 1))):
+                    t0 = tile * stride
+                    count = min(SPAN, n - tile * SPAN)
+                    at = block * ROWS * n + tile * SPAN
+                    if count == SPAN and height == ROWS:
+                        strided_panel(x, w0, 1, depth, depth, columns, t0, SPAN, columns,
+                                      t0 + depth * SPAN, out, at, n, residual, flags,
+                                      bounds)  # type: ignore[call-arg]
+                    else:
+                        _short_tile(x, w0, depth, height, columns, t0, SPAN, columns,
+                                    t0 + depth * SPAN, out, at, n, count, residual, flags,
+                                    bounds, scratch, lines)
         mine += last - first
     done(counters, 0, mine)
     return finish(counters, total, bell, caller, call, spins)

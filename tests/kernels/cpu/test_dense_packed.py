@@ -450,3 +450,54 @@ def test_a_thread_cap_keeps_the_helpers_and_only_inter_op_lanes_give_them_up(
         _call(prepared, x, w, out)
     assert seen == [True, True, False]
     np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-3)
+
+
+_NARROW_CHECK = """
+import numpy as np
+from graphrt.devices.frozen import freeze
+from graphrt.kernels import Epilogue
+from graphrt.kernels.cpu import kernel_parts, product_kernels
+from graphrt.kernels.cpu.dense import dense_call
+from graphrt.ops import TensorType, get_op
+
+assert not kernel_parts.WIDE and product_kernels.PAIR == 1
+rng = np.random.default_rng(0)
+for m, k, n in ((29, 64, 101), (64, 33, 96)):
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w, b = rng.standard_normal((n, k)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    residual = rng.standard_normal((m, n)).astype(np.float32)
+    freeze(w); freeze(b)
+    types = [TensorType(a.shape, "float32") for a in (x, w, b)]
+    prepared = dense_call("dense", get_op("dense").attrs(), types, TensorType((m, n), "float32"),
+                          Epilogue(residual=True, relu=True), lambda *a: None)
+    out = np.empty((m, n), np.float32)
+    prepared.call(x, w, b, residual, out)
+    np.testing.assert_allclose(out, np.maximum(x @ w.T + b + residual, 0), rtol=1e-4, atol=1e-4)
+print("narrow ok")
+"""
+
+
+def test_both_tile_widths_match_numpy() -> None:
+    """The tests above run the tile of this machine's target (two panels of 16-wide vectors
+    on AVX-512, :data:`~graphrt.kernels.cpu.kernel_parts.WIDE`); on an AVX-512 machine the
+    AVX2 tile is checked too, in a process whose numba targets the CPU without AVX-512
+    (``NUMBA_CPU_FEATURES``, which also keys numba's disk cache)."""
+    import os
+    import subprocess
+    import sys
+
+    from numba.core import codegen
+
+    from graphrt.kernels.cpu import kernel_parts, product_kernels
+
+    features = codegen.get_host_cpu_features().split(",")
+    assert ("+avx512f" in features) == kernel_parts.WIDE
+    assert (2 if kernel_parts.WIDE else 1) == product_kernels.PAIR
+    if not kernel_parts.WIDE:
+        pytest.skip("the target has no AVX-512: the tests above ran the AVX2 tile")
+    narrow = ",".join("-" + f[1:] if f.startswith("+avx512") else f for f in features)
+    env = {**os.environ, "NUMBA_CPU_FEATURES": narrow}
+    done = subprocess.run([sys.executable, "-c", _NARROW_CHECK], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "narrow ok" in done.stdout
