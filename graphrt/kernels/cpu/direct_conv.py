@@ -107,116 +107,141 @@ def pack_weights(weight: np.ndarray, block: int = CHANNELS) -> np.ndarray:
     return packed
 
 
-def _tile_of(vectors: int, grouped: bool = False, width: int = PIXELS) -> Any:
+def _tile_of(vectors: int, grouped: bool = False, width: int = PIXELS, wide: bool = False
+             ) -> Any:
     """The direct tile of ``vectors`` (2, or 1 for the last 8 channels of a weight) vectors
     of 8 output channels x ``width`` pixels (see :data:`_tile`); ``grouped``: its taps run
-    in groups of 8 offsets one apart (:data:`GROUPED`; their count a multiple of 8)."""
+    in groups of 8 offsets one apart (:data:`GROUPED`; their count a multiple of 8);
+    ``wide``: two blocks of 16 channels in two sixteen-wide vectors, for AVX-512 (see
+    :data:`_wide_tile`)."""
+    lanes = 16 if wide else 8
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        wp, xp, pp, tp, bp, op, sp, rp, lp = (
+            array_data(context, builder, signature, args, i).data
+            for i in (0, 2, 4, 6, 7, 9, 12, 14, 16))
+        w0, x0, q0, b0, o0, plane, halves, flags = (args[i]
+                                                    for i in (1, 3, 5, 8, 10, 11, 13, 15))
+        # where a tap's vector h of weights lies: the next 8 of 16, or the next block's 16
+        ws = [builder.mul(args[17], c64(h)) if wide else c64(8 * h) for h in range(vectors)]
+        n_taps = builder.extract_value(
+            array_data(context, builder, signature, args, 6).shape, 0)
+        fma = fma_of(builder, lanes)
+        bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
+                 for p in range(width)]
+        start = [builder.load(vector_at(builder, bp, builder.add(b0, c64(lanes * h)), lanes),
+                              align=4) for h in range(vectors)]
+
+        def tap(t: Any, at: list[Any], lane: int, accs: list[Any]) -> list[Any]:
+            """Tap ``t``, its pixels' data at ``at`` plus ``lane``."""
+            wi = builder.add(w0, builder.mul(t, c64(CHANNELS)))
+            w = [builder.load(vector_at(builder, wp, builder.add(wi, ws[h]), lanes), align=4)
+                 for h in range(vectors)]
+            new: list[Any] = []
+            for p in range(width):
+                value = builder.load(builder.gep(xp, [builder.add(at[p], c64(lane))]))
+                broadcast = splat(builder, value, lanes)
+                new.extend(builder.call(fma, [broadcast, w[h], accs[vectors * p + h]])
+                           for h in range(vectors))
+            return new
+
+        def offsets(t: Any) -> list[Any]:
+            offset = builder.sext(builder.load(builder.gep(tp, [t])), I64)
+            return [builder.add(base, offset) for base in bases]
+
+        def group(g: Any, accs: list[Any]) -> list[Any]:
+            first = builder.mul(g, c64(LANES))
+            at = offsets(first)
+            for lane in range(LANES):
+                accs = tap(builder.add(first, c64(lane)), at, lane, accs)
+            return accs
+
+        if grouped:
+            accs = accumulate(builder, builder.sdiv(n_taps, c64(LANES)), start * width,
+                              group)
+        else:
+            accs = accumulate(builder, n_taps, start * width,
+                              lambda t, accs: tap(t, offsets(t), 0, accs))
+        scatter, spill, end = (builder.append_basic_block(f"tile.{part}")
+                               for part in ("scatter", "spill", "end"))
+        builder.cbranch(builder.icmp_signed("!=", halves, ir.Constant(halves.type, 0)),
+                        scatter, spill)
+        builder.position_at_end(scatter)
+        clip, low, high = clip_of(builder, flags, lp, False)
+        vclip, vlow, vhigh = clip_of(builder, flags, lp, True, lanes)
+        eights = [clip_of(builder, flags, lp, True)[1:]] if wide else []
+
+        def store(residual: bool, relu: bool) -> None:  # NCHW: scalar stores
+            # without a residual the epilogue runs on the vectors, before they are
+            # taken apart
+            values = accs if residual else [finished(builder, acc, relu, vclip, vlow,
+                                                     vhigh) for acc in accs]
+            for p in range(width):
+                for h in range(vectors):
+                    for lane in range(lanes):
+                        index = builder.add(o0, builder.add(
+                            builder.mul(plane, c64(lanes * h + lane)), c64(p)))
+                        value = builder.extract_element(values[vectors * p + h],
+                                                        ir.Constant(I32, lane))
+                        if residual:
+                            value = finished(builder, builder.fadd(value, builder.load(
+                                builder.gep(rp, [index]))), relu, clip, low, high)
+                        builder.store(value, builder.gep(op, [index]))
+
+        def eight(p: int, g: int) -> Any:
+            """Pixel ``p``'s channels ``8 g .. 8 g + 7`` of the tile, a vector of 8."""
+            acc = accs[vectors * p + g * LANES // lanes]
+            if not wide:
+                return acc
+            half = ir.Constant(ir.VectorType(I32, LANES), [8 * (g % 2) + i for i in range(8)])
+            return builder.shuffle_vector(acc, acc, half)
+
+        def blocked(residual: bool, relu: bool) -> None:  # a vector per pixel, 8 channels
+            low8, high8 = eights[0] if wide else (vlow, vhigh)
+
+            def group_of(g: int) -> None:
+                for p in range(width):
+                    index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * g)),
+                                                        c64(8 * p)))
+                    store_vector(builder, eight(p, g), op, rp, index, residual, relu, vclip,
+                                 low8, high8)
+
+            group_of(0)
+            for g in range(1, vectors * lanes // LANES):  # where ``halves`` says
+                more, stored = (builder.append_basic_block(f"tile.{part}")
+                                for part in ("more", "stored"))
+                builder.cbranch(builder.icmp_signed(">", halves, ir.Constant(halves.type, g)),
+                                more, stored)
+                builder.position_at_end(more)
+                group_of(g)
+                builder.branch(stored)
+                builder.position_at_end(stored)
+
+        layouts(builder, flags, store, blocked)
+        builder.branch(end)
+        builder.position_at_end(spill)
+        spill_tile(builder, accs, vectors, width, CHANNELS * (2 if wide else 1), sp)
+        builder.branch(end)
+        builder.position_at_end(end)
+        return context.get_dummy_value()
+
+    if wide:
+        @intrinsic
+        def wide_tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any,
+                      q0: Any, taps: Any, bias: Any, b0: Any, out: Any, o0: Any, plane: Any,
+                      scratch: Any, halves: Any, residual: Any, flags: Any, bounds: Any,
+                      wpanel: Any) -> Any:
+            return types.void(weights, w0, x, x0, pixels, q0, taps, bias, b0, out, o0, plane,
+                              scratch, halves, residual, flags, bounds, wpanel), codegen
+
+        return wide_tile
 
     @intrinsic
     def tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q0: Any,
              taps: Any, bias: Any, b0: Any, out: Any, o0: Any, plane: Any, scratch: Any,
              halves: Any, residual: Any, flags: Any, bounds: Any) -> Any:
-        sig = types.void(weights, w0, x, x0, pixels, q0, taps, bias, b0, out, o0, plane,
-                         scratch, halves, residual, flags, bounds)
-
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            wp, xp, pp, tp, bp, op, sp, rp, lp = (
-                array_data(context, builder, signature, args, i).data
-                for i in (0, 2, 4, 6, 7, 9, 12, 14, 16))
-            w0, x0, q0, b0, o0, plane, halves, flags = (args[i]
-                                                        for i in (1, 3, 5, 8, 10, 11, 13, 15))
-            n_taps = builder.extract_value(
-                array_data(context, builder, signature, args, 6).shape, 0)
-            fma = fma_of(builder)
-            bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
-                     for p in range(width)]
-            start = [builder.load(vector_at(builder, bp, builder.add(b0, c64(8 * h))), align=4)
-                     for h in range(vectors)]
-
-            def tap(t: Any, at: list[Any], lane: int, accs: list[Any]) -> list[Any]:
-                """Tap ``t``, its pixels' data at ``at`` plus ``lane``."""
-                wi = builder.add(w0, builder.mul(t, c64(CHANNELS)))
-                w = [builder.load(vector_at(builder, wp, builder.add(wi, c64(8 * h))), align=4)
-                     for h in range(vectors)]
-                new: list[Any] = []
-                for p in range(width):
-                    value = builder.load(builder.gep(xp, [builder.add(at[p], c64(lane))]))
-                    broadcast = splat(builder, value)
-                    new.extend(builder.call(fma, [broadcast, w[h], accs[vectors * p + h]])
-                               for h in range(vectors))
-                return new
-
-            def offsets(t: Any) -> list[Any]:
-                offset = builder.sext(builder.load(builder.gep(tp, [t])), I64)
-                return [builder.add(base, offset) for base in bases]
-
-            def group(g: Any, accs: list[Any]) -> list[Any]:
-                first = builder.mul(g, c64(LANES))
-                at = offsets(first)
-                for lane in range(LANES):
-                    accs = tap(builder.add(first, c64(lane)), at, lane, accs)
-                return accs
-
-            if grouped:
-                accs = accumulate(builder, builder.sdiv(n_taps, c64(LANES)), start * width,
-                                  group)
-            else:
-                accs = accumulate(builder, n_taps, start * width,
-                                  lambda t, accs: tap(t, offsets(t), 0, accs))
-            scatter, spill, end = (builder.append_basic_block(f"tile.{part}")
-                                   for part in ("scatter", "spill", "end"))
-            builder.cbranch(builder.icmp_signed("!=", halves, ir.Constant(halves.type, 0)),
-                            scatter, spill)
-            builder.position_at_end(scatter)
-            clip, low, high = clip_of(builder, flags, lp, False)
-            vclip, vlow, vhigh = clip_of(builder, flags, lp, True)
-
-            def store(residual: bool, relu: bool) -> None:  # NCHW: scalar stores
-                # without a residual the epilogue runs on the vectors, before they are
-                # taken apart
-                values = accs if residual else [finished(builder, acc, relu, vclip, vlow,
-                                                         vhigh) for acc in accs]
-                for p in range(width):
-                    for h in range(vectors):
-                        for lane in range(8):
-                            index = builder.add(o0, builder.add(
-                                builder.mul(plane, c64(8 * h + lane)), c64(p)))
-                            value = builder.extract_element(values[vectors * p + h],
-                                                            ir.Constant(I32, lane))
-                            if residual:
-                                value = finished(builder, builder.fadd(value, builder.load(
-                                    builder.gep(rp, [index]))), relu, clip, low, high)
-                            builder.store(value, builder.gep(op, [index]))
-
-            def blocked(residual: bool, relu: bool) -> None:  # a vector per pixel, 8 channels
-                def half(h: int) -> None:
-                    for p in range(width):
-                        index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * h)),
-                                                            c64(8 * p)))
-                        store_vector(builder, accs[vectors * p + h], op, rp, index, residual,
-                                     relu, vclip, vlow, vhigh)
-
-                half(0)
-                if vectors == 1:
-                    return
-                second, stored = (builder.append_basic_block(f"tile.{part}")
-                                  for part in ("second", "stored"))
-                builder.cbranch(builder.icmp_signed(">", halves, ir.Constant(halves.type, 1)),
-                                second, stored)
-                builder.position_at_end(second)
-                half(1)
-                builder.branch(stored)
-                builder.position_at_end(stored)
-
-            layouts(builder, flags, store, blocked)
-            builder.branch(end)
-            builder.position_at_end(spill)
-            spill_tile(builder, accs, vectors, width, CHANNELS, sp)
-            builder.branch(end)
-            builder.position_at_end(end)
-            return context.get_dummy_value()
-
-        return sig, codegen
+        return types.void(weights, w0, x, x0, pixels, q0, taps, bias, b0, out, o0, plane,
+                          scratch, halves, residual, flags, bounds), codegen
 
     return tile
 
@@ -242,6 +267,13 @@ _pixel8 = _tile_of(2, True, 1)
 """:data:`_tile8` of one pixel (spilled, ``halves`` 0): the last tile of a 7x7 plane, whose
 49 pixels leave one past 8 tiles of 6, computed 6 before. (A last block of 8 or fewer
 channels keeps :data:`_half_tile8`: no model here has one at 7x7.)"""
+
+_wide_tile, _wide_tile8 = _tile_of(2, wide=True), _tile_of(2, True, wide=True)
+""":data:`_tile` and :data:`_tile8` of two blocks of 16 output channels at once, on AVX-512
+(:data:`~graphrt.kernels.cpu.kernel_parts.WIDE`): a sixteen-wide vector a block, its taps'
+weights the last argument's floats after the first block's, 32 channels x 6 pixels in 12
+accumulators; ``halves`` counts the blocked output's groups of 8 channels to store (4, or
+0 to spill all 32 channels of each pixel into ``scratch``)."""
 
 
 PADDING = 11
@@ -395,10 +427,11 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
         _pad_phase(data, padded, padding, counters, caller)
     x = padded if padding[0] else data
     n_taps = taps.shape[0]
-    blocks = (channels + CHANNELS - 1) // CHANNELS
+    step = CHANNELS * PAIR  # channels of a block
+    blocks = (channels + step - 1) // step
     tiles = (length + PIXELS - 1) // PIXELS
     total = (out.shape[0] // (channels * length)) * blocks * tiles
-    scratch = np.empty(CHANNELS * PIXELS, np.float32)
+    scratch = np.empty(step * PIXELS, np.float32)
     zeros = np.zeros(bias.shape[0] if span < n_taps else 0, np.float32)
     layout = flags & BLOCKED
     grouped = flags & GROUPED
@@ -420,37 +453,58 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
             for _ in range(first, last):
                 q0 = (band * strip + tile) * PIXELS
                 count = min(PIXELS, length - q0)
-                kept = min(CHANNELS, channels - block * CHANNELS)
-                o0 = (img * channels + block * CHANNELS) * length + (
+                o0 = (img * channels + block * step) * length + (
                     q0 * LANES if layout else q0)
-                w0 = (block * n_taps + t0) * CHANNELS
-                if kept <= LANES:
-                    halves = 1 if count == PIXELS and kept == LANES else 0
+                if PAIR == 2 and channels - block * step >= step and count > 1:
+                    halves = 4 if count == PIXELS else 0
+                    w0 = (block * PAIR * n_taps + t0) * CHANNELS
                     if grouped:
-                        _half_tile8(weights, w0, x, img * image, pixels, q0, part, summed,
-                                    block * CHANNELS, out, o0, length, scratch, halves,
-                                    so_far, kept_flags, bounds)
+                        _wide_tile8(weights, w0, x, img * image, pixels, q0, part, summed,
+                                    block * step, out, o0, length, scratch, halves, so_far,
+                                    kept_flags, bounds, n_taps * CHANNELS)
                     else:
-                        _half_tile(weights, w0, x, img * image, pixels, q0, part, summed,
-                                   block * CHANNELS, out, o0, length, scratch, halves, so_far,
+                        _wide_tile(weights, w0, x, img * image, pixels, q0, part, summed,
+                                   block * step, out, o0, length, scratch, halves, so_far,
+                                   kept_flags, bounds, n_taps * CHANNELS)
+                    if not halves:
+                        from_scratch(out, o0, length, scratch, step, count, 1, step, so_far,
+                                     kept_flags, bounds)
+                    img, band, block, tile, width = next_tile(img, band, block, tile, width,
+                                                              tiles, blocks, strip)
+                    continue
+                for sub in range(block * PAIR, min(block * PAIR + PAIR,
+                                                    (channels + CHANNELS - 1) // CHANNELS)):
+                    kept = min(CHANNELS, channels - sub * CHANNELS)
+                    at = (img * channels + sub * CHANNELS) * length + (
+                        q0 * LANES if layout else q0)
+                    w0 = (sub * n_taps + t0) * CHANNELS
+                    if kept <= LANES:
+                        halves = 1 if count == PIXELS and kept == LANES else 0
+                        if grouped:
+                            _half_tile8(weights, w0, x, img * image, pixels, q0, part, summed,
+                                        sub * CHANNELS, out, at, length, scratch, halves,
+                                        so_far, kept_flags, bounds)
+                        else:
+                            _half_tile(weights, w0, x, img * image, pixels, q0, part, summed,
+                                       sub * CHANNELS, out, at, length, scratch, halves,
+                                       so_far, kept_flags, bounds)
+                    else:
+                        halves = 2 if count == PIXELS and kept == CHANNELS else 0
+                        if grouped and count == 1:
+                            _pixel8(weights, w0, x, img * image, pixels, q0, part, summed,
+                                    sub * CHANNELS, out, at, length, scratch, halves, so_far,
+                                    kept_flags, bounds)
+                        elif grouped:
+                            _tile8(weights, w0, x, img * image, pixels, q0, part, summed,
+                                   sub * CHANNELS, out, at, length, scratch, halves, so_far,
                                    kept_flags, bounds)
-                else:
-                    halves = 2 if count == PIXELS and kept == CHANNELS else 0
-                    if grouped and count == 1:
-                        _pixel8(weights, w0, x, img * image, pixels, q0, part, summed,
-                                block * CHANNELS, out, o0, length, scratch, halves, so_far,
-                                kept_flags, bounds)
-                    elif grouped:
-                        _tile8(weights, w0, x, img * image, pixels, q0, part, summed,
-                               block * CHANNELS, out, o0, length, scratch, halves, so_far,
-                               kept_flags, bounds)
-                    else:
-                        _tile(weights, w0, x, img * image, pixels, q0, part, summed,
-                              block * CHANNELS, out, o0, length, scratch, halves, so_far,
-                              kept_flags, bounds)
-                if not halves:
-                    from_scratch(out, o0, length, scratch, kept, count, 1, CHANNELS, so_far,
-                                 kept_flags, bounds)
+                        else:
+                            _tile(weights, w0, x, img * image, pixels, q0, part, summed,
+                                  sub * CHANNELS, out, at, length, scratch, halves, so_far,
+                                  kept_flags, bounds)
+                    if not halves:
+                        from_scratch(out, at, length, scratch, kept, count, 1, CHANNELS,
+                                     so_far, kept_flags, bounds)
                 img, band, block, tile, width = next_tile(img, band, block, tile, width,
                                                           tiles, blocks, strip)
         mine += last - first

@@ -252,12 +252,12 @@ def store_vector(builder: Any, value: Any, out: Any, residual: Any, index: Any,
 
 def spill_tile(builder: Any, accs: list[Any], vectors: int, pixels: int, channels: int,
           scratch: Any) -> None:
-    """Store a tile's accumulators (``vectors`` of 8 lanes per pixel, pixel-major) into
-    ``scratch`` (a pointer to their lane type), ``channels`` lanes per pixel."""
+    """Store a tile's accumulators (``vectors`` per pixel, pixel-major) into ``scratch`` (a
+    pointer to their lane type), ``channels`` lanes per pixel."""
     for p in range(pixels):
         for h in range(vectors):
             acc = accs[vectors * p + h]
-            at = builder.gep(scratch, [c64(channels * p + 8 * h)])
+            at = builder.gep(scratch, [c64(channels * p + acc.type.count * h)])
             builder.store(acc, builder.bitcast(at, acc.type.as_pointer()), align=4)
 
 

@@ -66,7 +66,7 @@ def _tally_jobs(owner: np.ndarray, work: int, counters: np.ndarray, grain: int,
 
 def test_threads_claiming_at_once_run_every_job_once_the_caller_from_the_front() -> None:
     helped = 0
-    for _ in range(5):
+    for _ in range(10):  # (a helper busy elsewhere may miss a few calls)
         owner = np.zeros(400, np.int64)
         crew.run_jobs(_tally_jobs, True, (owner, 20_000, np.zeros(2, np.int64), 2))
         assert set(np.unique(owner)) <= {1, 2}  # each job once, by one thread
