@@ -74,7 +74,8 @@ class DirectPlan:
         image: elements per (padded, or packed) image.
         length: output pixels per image.
         jobs: tiles (16 output channels x 6 pixels) over the batch.
-        grain: tiles a thread claims at a time.
+        grain: tiles a thread claims at a time (of 16 channels: a job of
+            ``direct_conv.JOB_CHANNELS`` counts as that many of them).
         strip: tiles along the output whose data (about :data:`_STRIP_BYTES`) every block
             of output channels runs over before the next strip.
         parallel: worth running on every core.
@@ -313,7 +314,8 @@ def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
     return JobCall(kernels.conv_jobs, plan.parallel, (
         data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
         summed, flat, o, extra, flags, bounds, plan.strip,
-        pass_channels(plan, o, c) or max(1, len(plan.taps))), 4, plan.grain)
+        pass_channels(plan, o, c) or max(1, len(plan.taps))), 4,
+        max(1, plan.grain * _CHANNELS // kernels.JOB_CHANNELS))
 
 
 _NARROW = 128

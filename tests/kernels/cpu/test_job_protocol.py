@@ -65,18 +65,18 @@ def _tally_jobs(owner: np.ndarray, work: int, counters: np.ndarray, grain: int,
 
 
 def test_threads_claiming_at_once_run_every_job_once_the_caller_from_the_front() -> None:
-    helped = 0
-    for _ in range(10):  # (a helper busy elsewhere may miss a few calls)
+    both = 0
+    for _ in range(10):  # (on a busy machine one thread may miss a few calls)
         owner = np.zeros(400, np.int64)
         crew.run_jobs(_tally_jobs, True, (owner, 20_000, np.zeros(2, np.int64), 2))
         assert set(np.unique(owner)) <= {1, 2}  # each job once, by one thread
-        mine = np.flatnonzero(owner == 1)
-        assert mine.size and mine[0] == 0 and np.all(np.diff(mine) == 1)  # one prefix
-        if crew.available_cores() > 1 and mine.size < owner.size:
-            theirs = np.flatnonzero(owner == 2)  # the rest: one suffix, by the helpers
-            assert theirs[0] == mine[-1] + 1 and theirs[-1] == owner.size - 1
-            helped += 1
-    assert helped or crew.available_cores() == 1  # (a helper joins 4 ms of jobs in time)
+        mine, theirs = np.flatnonzero(owner == 1), np.flatnonzero(owner == 2)
+        if mine.size:  # the caller's: one prefix
+            assert mine[0] == 0 and np.all(np.diff(mine) == 1)
+        if theirs.size:  # the helpers': one suffix
+            assert theirs[-1] == owner.size - 1 and np.all(np.diff(theirs) == 1)
+        both += bool(mine.size and theirs.size)
+    assert both or crew.available_cores() == 1  # (a helper joins 10 ms of jobs in time)
 
 
 def test_the_caller_alone_runs_every_job_in_order() -> None:
