@@ -64,6 +64,7 @@ from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
 from .kernel_parts import (
     I32,
     I64_IN,
+    VNNI,
     accumulate,
     array_data,
     c64,
@@ -73,7 +74,7 @@ from .kernel_parts import (
     transpose,
 )
 
-__all__ = ["CHANNELS", "GEOMETRY", "PIXELS", "QUAD", "qconv_jobs"]
+__all__ = ["CHANNELS", "GEOMETRY", "JOB_CHANNELS", "PIXELS", "QUAD", "qconv_jobs"]
 
 CHANNELS = 8
 """Output channels of one tile (a vector of 8 int32 lanes)."""
@@ -82,6 +83,9 @@ PIXELS = 8
 the 16 vector registers of AVX2; a channel's 8 results are 8 bytes of its plane."""
 QUAD = 4
 """Input taps (channels) of one 32-bit word of the padded data."""
+JOB_CHANNELS = 4 * CHANNELS if VNNI else CHANNELS
+"""Output channels of one job of :func:`qconv_jobs`: with AVX-512 VNNI, 32 (a tile of four
+blocks of 8, :data:`_wide_tile`), else one block of 8."""
 
 GEOMETRY = 13
 """Entries of the padded copy's geometry (:func:`qconv_jobs`' ``geometry``): images,
@@ -236,6 +240,96 @@ def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q
     return sig, codegen
 
 
+_WIDE_BYTES = ir.VectorType(_I8, 64)
+_WIDE_INTS = ir.VectorType(I32, 16)
+
+
+def _wide_tile_of(blocks: int) -> Any:
+    """The tile of ``blocks`` (2 or 4) blocks of 8 output channels x 8 pixels on AVX-512
+    VNNI (:data:`~graphrt.kernels.cpu.kernel_parts.VNNI`): two blocks' weights of a word of
+    taps side by side in a 64-byte vector (block ``k``'s ``wblock`` bytes after the
+    first's), a pixel's word broadcast to its 16 lanes, and one ``vpdpbusd`` (4 products of
+    unsigned data and signed weight bytes added into each int32 lane, exactly, with no int16
+    step) per pixel and vector: per word, ``blocks / 2`` loads and 8 broadcasts for ``4 *
+    blocks`` instructions, where the AVX2 tile takes one load, 8 broadcasts and 24
+    instructions for one block. Whole tiles only (the jobs run the rest on :func:`_tile`);
+    stored a block of 8 channels at a time as :func:`_tile` stores."""
+    vectors = blocks // 2
+
+    @intrinsic
+    def tile(typingctx: Any, weights: Any, w0: Any, wblock: Any, x: Any, x0: Any, pixels: Any,
+             q0: Any, taps: Any, bias: Any, multiplier: Any, b0: Any, levels: Any, out: Any,
+             sums: Any, o0: Any, plane: Any) -> Any:
+        sig = types.void(weights, w0, wblock, x, x0, pixels, q0, taps, bias, multiplier, b0,
+                         levels, out, sums, o0, plane)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            wp, xp, pp, tp, bp, mp, lp, op, rp = (
+                array_data(context, builder, signature, args, i).data
+                for i in (0, 3, 5, 7, 8, 9, 11, 12, 13))
+            w0, wblock, x0, q0, b0, o0, plane = (args[i] for i in (1, 2, 4, 6, 10, 14, 15))
+            raw = builder.icmp_signed("!=", builder.extract_value(
+                array_data(context, builder, signature, args, 13).shape, 0), c64(0))
+            n_taps = builder.extract_value(
+                array_data(context, builder, signature, args, 7).shape, 0)
+            dot = _function(builder, "llvm.x86.avx512.vpdpbusd.512", _WIDE_INTS, _WIDE_INTS,
+                            _WIDE_INTS, _WIDE_INTS)
+            bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
+                     for p in range(PIXELS)]
+            starts = [builder.mul(wblock, c64(k)) for k in range(blocks)]
+            join = ir.Constant(ir.VectorType(I32, 64), list(range(64)))
+
+            def tap(t: Any, accs: list[Any]) -> list[Any]:
+                wi = builder.add(w0, builder.mul(t, c64(CHANNELS * QUAD)))
+                halves = [builder.load(_at(builder, wp, builder.add(wi, start), _BYTES), align=1)
+                          for start in starts]
+                w = [builder.bitcast(builder.shuffle_vector(halves[2 * j], halves[2 * j + 1],
+                                                            join), _WIDE_INTS)
+                     for j in range(vectors)]
+                offset = builder.sext(builder.load(builder.gep(tp, [t])), ir.IntType(64))
+                new: list[Any] = []
+                for p in range(PIXELS):
+                    word = builder.load(builder.gep(xp, [builder.add(bases[p], offset)]))
+                    data = _splat(builder, word, _WIDE_INTS)
+                    new.extend(builder.call(dot, [accs[vectors * p + j], data, w[j]])
+                               for j in range(vectors))
+                return new
+
+            accs = accumulate(builder, n_taps, [ir.Constant(_WIDE_INTS, None)] * (
+                PIXELS * vectors), tap)
+            undef = ir.Constant(_WIDE_INTS, ir.Undefined)
+
+            def block(k: int) -> list[Any]:
+                """Block ``k``'s 8 channels of each pixel's sums."""
+                lanes = ir.Constant(ir.VectorType(I32, 8), [8 * (k % 2) + i for i in range(8)])
+                return [builder.shuffle_vector(accs[vectors * p + k // 2], undef, lanes)
+                        for p in range(PIXELS)]
+
+            summed, store, end = (builder.append_basic_block(f"tile.{part}")
+                                  for part in ("sums", "store", "end"))
+            builder.cbranch(raw, summed, store)
+            builder.position_at_end(summed)
+            for k in range(blocks):
+                _store_sums(builder, block(k), bp, builder.add(b0, c64(CHANNELS * k)), rp,
+                            builder.add(o0, builder.mul(plane, c64(CHANNELS * k))), plane)
+            builder.branch(end)
+            builder.position_at_end(store)
+            for k in range(blocks):
+                _store_requantized(builder, block(k), bp, mp, builder.add(
+                    b0, c64(CHANNELS * k)), lp, op, builder.add(
+                    o0, builder.mul(plane, c64(CHANNELS * k))), plane)
+            builder.branch(end)
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_wide_tile, _wide_pair = _wide_tile_of(4), _wide_tile_of(2)
+
+
 @numba.njit(types.void(_U8_IN, _U32, I64_IN, types.int64, types.int64), cache=True,
             nogil=True)
 def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: int,
@@ -364,10 +458,11 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
         ring(bell)
     _interleave_phase(data, padded, geometry, counters, caller)
     n_taps = taps.shape[0]
-    blocks = (channels + CHANNELS - 1) // CHANNELS
+    blocks = (channels + JOB_CHANNELS - 1) // JOB_CHANNELS
     tiles = (length + PIXELS - 1) // PIXELS
     total = geometry[0] * blocks * tiles
     scratch = np.empty(CHANNELS * PIXELS, np.int32)
+    wblock = n_taps * CHANNELS * QUAD  # bytes between two blocks' packed weights
     mine = 0
     while True:
         first, last = claim(counters, 0, grain, total, caller)
@@ -377,17 +472,31 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
         for _ in range(first, last):
             q0 = (band * strip + tile) * PIXELS
             count = min(PIXELS, length - q0)
-            kept = min(CHANNELS, channels - block * CHANNELS)
-            o0 = (img * channels + block * CHANNELS) * length + q0
-            b0 = block * CHANNELS
-            w0 = block * n_taps * CHANNELS * QUAD
-            whole = count == PIXELS and kept == CHANNELS
-            _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier, b0,
-                  levels, out, sums, o0, length, scratch,
-                  whole)  # type: ignore[call-arg]  # (typingctx)
-            if not whole:
-                _from_scratch(out, sums, o0, length, scratch, kept, count, bias, multiplier,
-                              b0, levels)
+            c = block * JOB_CHANNELS  # the job's first channel, then the next tile's
+            end = min(channels, c + JOB_CHANNELS)
+            while VNNI and count == PIXELS and end - c >= 2 * CHANNELS:
+                kept = (4 if end - c >= 4 * CHANNELS else 2) * CHANNELS
+                o0 = (img * channels + c) * length + q0
+                w0 = (c // CHANNELS) * wblock
+                if kept == 4 * CHANNELS:
+                    _wide_tile(weights, w0, wblock, padded, img * image, pixels, q0, taps,
+                               bias, multiplier, c, levels, out, sums, o0, length)
+                else:
+                    _wide_pair(weights, w0, wblock, padded, img * image, pixels, q0, taps,
+                               bias, multiplier, c, levels, out, sums, o0, length)
+                c += kept
+            while c < end:
+                kept = min(CHANNELS, end - c)
+                o0 = (img * channels + c) * length + q0
+                w0 = (c // CHANNELS) * wblock
+                whole = count == PIXELS and kept == CHANNELS
+                _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier, c,
+                      levels, out, sums, o0, length, scratch,
+                      whole)  # type: ignore[call-arg]
+                if not whole:
+                    _from_scratch(out, sums, o0, length, scratch, kept, count, bias,
+                                  multiplier, c, levels)
+                c += CHANNELS
             img, band, block, tile, width = next_tile(img, band, block, tile, width, tiles,
                                                       blocks, strip)
         mine += last - first

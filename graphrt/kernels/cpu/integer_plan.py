@@ -215,7 +215,8 @@ class IntegerCall:
         run_jobs(self.kernels.qconv_jobs, plan.parallel, (
             data, geometry, buffer.reshape(-1)[:plan.workspace], plan.image, plan.pixels,
             plan.length, plan.taps, packed.weights, summed, scales, levels, bytes_, sums,
-            packed.sums.shape[0], plan.strip, np.zeros(4, np.int64), plan.grain))
+            packed.sums.shape[0], plan.strip, np.zeros(4, np.int64),
+            max(1, plan.grain * _CHANNELS // self.kernels.JOB_CHANNELS)))
 
 
 _NO_BYTES = np.zeros(0, np.uint8)

@@ -45,6 +45,7 @@ __all__ = [
     "RELU",
     "RESIDUAL",
     "V8",
+    "VNNI",
     "WIDE",
     "accumulate",
     "array_data",
@@ -108,12 +109,17 @@ def _target_features() -> str:
     return features
 
 
-WIDE = "+avx512f" in _target_features().split(",")
+_FEATURES = _target_features().split(",")
+WIDE = "+avx512f" in _FEATURES
 """Whether the target's vectors hold 16 float32 (AVX-512F): the matrix products' tiles then
 hold 6 rows x 32 columns in 12 sixteen-wide accumulators (two packed panels of 16 columns
 side by side), where AVX2's hold 6 x 16 in 12 eight-wide ones. On an AVX-512 Xeon the
 eight-wide tile ran a 504 x 512 by 512 x 512 product at 1.69x ONNX Runtime's time (one
 thread), the sixteen-wide one at 0.94x."""
+VNNI = WIDE and "+avx512vnni" in _FEATURES and "+avx512bw" in _FEATURES
+"""Whether the target has AVX-512 VNNI (``vpdpbusd``: 4 products of unsigned and signed
+bytes added into each of 16 int32 lanes): the quantized convolution's tiles then hold 32
+output channels (:mod:`graphrt.kernels.cpu.integer_conv`)."""
 I64_IN = flat(types.int64, True)
 
 
