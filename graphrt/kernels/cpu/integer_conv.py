@@ -252,22 +252,25 @@ def _wide_tile_of(blocks: int) -> Any:
     unsigned data and signed weight bytes added into each int32 lane, exactly, with no int16
     step) per pixel and vector: per word, ``blocks / 2`` loads and 8 broadcasts for ``4 *
     blocks`` instructions, where the AVX2 tile takes one load, 8 broadcasts and 24
-    instructions for one block. Whole tiles only (the jobs run the rest on :func:`_tile`);
-    stored a block of 8 channels at a time as :func:`_tile` stores."""
+    instructions for one block. Stored a block of 8 channels at a time as :func:`_tile`
+    stores where ``whole``, else spilled into ``scratch[pixel * 8 * blocks + channel]`` (a
+    7x7 plane's last tile, of one pixel, on the AVX2 tiles took 40% of a 512-channel
+    layer)."""
     vectors = blocks // 2
 
     @intrinsic
     def tile(typingctx: Any, weights: Any, w0: Any, wblock: Any, x: Any, x0: Any, pixels: Any,
              q0: Any, taps: Any, bias: Any, multiplier: Any, b0: Any, levels: Any, out: Any,
-             sums: Any, o0: Any, plane: Any) -> Any:
+             sums: Any, o0: Any, plane: Any, scratch: Any, whole: Any) -> Any:
         sig = types.void(weights, w0, wblock, x, x0, pixels, q0, taps, bias, multiplier, b0,
-                         levels, out, sums, o0, plane)
+                         levels, out, sums, o0, plane, scratch, whole)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            wp, xp, pp, tp, bp, mp, lp, op, rp = (
+            wp, xp, pp, tp, bp, mp, lp, op, rp, sp = (
                 array_data(context, builder, signature, args, i).data
-                for i in (0, 3, 5, 7, 8, 9, 11, 12, 13))
-            w0, wblock, x0, q0, b0, o0, plane = (args[i] for i in (1, 2, 4, 6, 10, 14, 15))
+                for i in (0, 3, 5, 7, 8, 9, 11, 12, 13, 16))
+            w0, wblock, x0, q0, b0, o0, plane, whole = (args[i]
+                                                       for i in (1, 2, 4, 6, 10, 14, 15, 17))
             raw = builder.icmp_signed("!=", builder.extract_value(
                 array_data(context, builder, signature, args, 13).shape, 0), c64(0))
             n_taps = builder.extract_value(
@@ -305,8 +308,15 @@ def _wide_tile_of(blocks: int) -> Any:
                 return [builder.shuffle_vector(accs[vectors * p + k // 2], undef, lanes)
                         for p in range(PIXELS)]
 
-            summed, store, end = (builder.append_basic_block(f"tile.{part}")
-                                  for part in ("sums", "store", "end"))
+            stored, spill, summed, store, end = (builder.append_basic_block(f"tile.{part}")
+                                                 for part in ("stored", "spill", "sums", "store",
+                                                              "end"))
+            builder.cbranch(builder.icmp_signed("!=", whole, ir.Constant(whole.type, 0)),
+                            stored, spill)
+            builder.position_at_end(spill)
+            spill_tile(builder, accs, vectors, PIXELS, CHANNELS * blocks, sp)
+            builder.branch(end)
+            builder.position_at_end(stored)
             builder.cbranch(raw, summed, store)
             builder.position_at_end(summed)
             for k in range(blocks):
@@ -416,18 +426,18 @@ def _interleave_phase(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray,
 @numba.njit(cache=True, nogil=True)
 def _from_scratch(out: np.ndarray, sums: np.ndarray, o0: int, plane: int,
                   scratch: np.ndarray, channels: int, pixels: int, bias: np.ndarray,
-                  multiplier: np.ndarray, b0: int, levels: np.ndarray) -> None:
+                  multiplier: np.ndarray, b0: int, levels: np.ndarray, stride: int) -> None:
     """The ``channels`` x ``pixels`` sums of a tile short of either (``scratch``, pixel-
-    major, 8 channels a pixel), requantized into ``out`` from ``o0``, or plus the bias into
-    ``sums`` where it is given."""
+    major, ``stride`` channels a pixel), requantized into ``out`` from ``o0``, or plus the
+    bias into ``sums`` where it is given."""
     zero, low, high = levels[0], levels[1], levels[2]
     for c in range(channels):
         b, m = bias[b0 + c], multiplier[b0 + c]
         for p in range(pixels):
             if sums.shape[0]:
-                sums[o0 + c * plane + p] = scratch[p * CHANNELS + c] + np.int32(b)
+                sums[o0 + c * plane + p] = scratch[p * stride + c] + np.int32(b)
                 continue
-            value = np.rint((np.float64(scratch[p * CHANNELS + c]) + b) * m + zero)
+            value = np.rint((np.float64(scratch[p * stride + c]) + b) * m + zero)
             out[o0 + c * plane + p] = np.uint8(np.int32(min(max(value, low), high)) & 0xFF)
 
 
@@ -461,7 +471,7 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
     blocks = (channels + JOB_CHANNELS - 1) // JOB_CHANNELS
     tiles = (length + PIXELS - 1) // PIXELS
     total = geometry[0] * blocks * tiles
-    scratch = np.empty(CHANNELS * PIXELS, np.int32)
+    scratch = np.empty(JOB_CHANNELS * PIXELS, np.int32)
     wblock = n_taps * CHANNELS * QUAD  # bytes between two blocks' packed weights
     mine = 0
     while True:
@@ -474,16 +484,22 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
             count = min(PIXELS, length - q0)
             c = block * JOB_CHANNELS  # the job's first channel, then the next tile's
             end = min(channels, c + JOB_CHANNELS)
-            while VNNI and count == PIXELS and end - c >= 2 * CHANNELS:
+            while VNNI and end - c >= 2 * CHANNELS:
                 kept = (4 if end - c >= 4 * CHANNELS else 2) * CHANNELS
                 o0 = (img * channels + c) * length + q0
                 w0 = (c // CHANNELS) * wblock
+                whole = count == PIXELS
                 if kept == 4 * CHANNELS:
                     _wide_tile(weights, w0, wblock, padded, img * image, pixels, q0, taps,
-                               bias, multiplier, c, levels, out, sums, o0, length)
+                               bias, multiplier, c, levels, out, sums, o0, length, scratch,
+                               whole)
                 else:
                     _wide_pair(weights, w0, wblock, padded, img * image, pixels, q0, taps,
-                               bias, multiplier, c, levels, out, sums, o0, length)
+                               bias, multiplier, c, levels, out, sums, o0, length, scratch,
+                               whole)
+                if not whole:
+                    _from_scratch(out, sums, o0, length, scratch, kept, count, bias,
+                                  multiplier, c, levels, kept)
                 c += kept
             while c < end:
                 kept = min(CHANNELS, end - c)
@@ -495,7 +511,7 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
                       whole)  # type: ignore[call-arg]
                 if not whole:
                     _from_scratch(out, sums, o0, length, scratch, kept, count, bias,
-                                  multiplier, c, levels)
+                                  multiplier, c, levels, CHANNELS)
                 c += CHANNELS
             img, band, block, tile, width = next_tile(img, band, block, tile, width, tiles,
                                                       blocks, strip)
