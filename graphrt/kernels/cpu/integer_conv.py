@@ -253,9 +253,9 @@ def _wide_tile_of(blocks: int) -> Any:
     step) per pixel and vector: per word, ``blocks / 2`` loads and 8 broadcasts for ``4 *
     blocks`` instructions, where the AVX2 tile takes one load, 8 broadcasts and 24
     instructions for one block. Stored a block of 8 channels at a time as :func:`_tile`
-    stores where ``whole``, else spilled into ``scratch[pixel * 8 * blocks + channel]`` (a
-    7x7 plane's last tile, of one pixel, on the AVX2 tiles took 40% of a 512-channel
-    layer)."""
+    stores where ``whole``, else spilled into ``scratch[pixel * 8 * blocks + channel]`` (with
+    a 7x7 plane's last tile, of one pixel, on the AVX2 tiles, the int8 ResNet-18's
+    512-channel layers took 0.53 ms, 0.48 so)."""
     vectors = blocks // 2
 
     @intrinsic
