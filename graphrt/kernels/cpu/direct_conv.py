@@ -277,14 +277,20 @@ _pixel8 = _tile_of(2, True, 1)
 channels keeps :data:`_half_tile8`: no model here has one at 7x7.)"""
 
 _wide_tile, _wide_tile8 = _tile_of(2, wide=True), _tile_of(2, True, wide=True)
-_wide_tile4, _wide_tile48 = _tile_of(4, wide=True), _tile_of(4, True, wide=True)
-""":data:`_wide_tile` and :data:`_wide_tile8` of four blocks (64 channels x 6 pixels in 24
-accumulators; ``halves`` 8 or 0)."""
 """:data:`_tile` and :data:`_tile8` of two blocks of 16 output channels at once, on AVX-512
 (:data:`~graphrt.kernels.cpu.kernel_parts.WIDE`): a sixteen-wide vector a block, its taps'
 weights the last argument's floats after the first block's, 32 channels x 6 pixels in 12
 accumulators; ``halves`` counts the blocked output's groups of 8 channels to store (4, or
 0 to spill all 32 channels of each pixel into ``scratch``, pixel after pixel)."""
+
+_wide_tile4, _wide_tile48 = _tile_of(4, wide=True), _tile_of(4, True, wide=True)
+""":data:`_wide_tile` and :data:`_wide_tile8` of four blocks (64 channels x 6 pixels in 24
+accumulators; ``halves`` 8 or 0)."""
+
+_wide_tile1, _wide_tile18 = _tile_of(1, wide=True), _tile_of(1, True, wide=True)
+""":data:`_wide_tile` and :data:`_wide_tile8` of one block (16 channels x 6 pixels in 6
+accumulators; ``halves`` 2 or 0): a last block of 16 (MobileNetV2's projections to 16 and
+24 channels), where the eight-wide tile takes twice the instructions."""
 
 
 PADDING = 11
@@ -467,13 +473,22 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                 count = min(PIXELS, length - q0)
                 c = block * step  # the block's first channel, then the next tile's
                 end = min(channels, c + step)
-                while WIDE and count > 1 and end - c >= 2 * CHANNELS:
-                    quads = end - c >= 4 * CHANNELS
-                    kept = (4 if quads else 2) * CHANNELS
+                while WIDE and count > 1 and end - c >= CHANNELS:
+                    kept = min(4, (end - c) // CHANNELS)
+                    kept = (kept if kept != 3 else 2) * CHANNELS
+                    quads = kept == 4 * CHANNELS
                     halves = kept // LANES if count == PIXELS else 0
                     at = (img * channels + c) * length + (q0 * LANES if layout else q0)
                     w0 = ((c // CHANNELS) * n_taps + t0) * CHANNELS
-                    if quads and grouped:
+                    if kept == CHANNELS and grouped:
+                        _wide_tile18(weights, w0, x, img * image, pixels, q0, part, summed,
+                                     c, out, at, length, scratch, halves, so_far,
+                                     kept_flags, bounds, n_taps * CHANNELS)
+                    elif kept == CHANNELS:
+                        _wide_tile1(weights, w0, x, img * image, pixels, q0, part, summed,
+                                    c, out, at, length, scratch, halves, so_far,
+                                    kept_flags, bounds, n_taps * CHANNELS)
+                    elif quads and grouped:
                         _wide_tile48(weights, w0, x, img * image, pixels, q0, part, summed,
                                      c, out, at, length, scratch, halves, so_far,
                                      kept_flags, bounds, n_taps * CHANNELS)
