@@ -349,7 +349,8 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
     a time (``[ceil(n/16), depth + 1, 16]``, the bias the last step, zeros past ``n``), all
     flattened, on the micro-kernel (:func:`wide_panel` on AVX-512, else
     :func:`strided_panel`): ``x`` read in place, 6 rows at a time (a last block short of
-    rows copied out, padded with zeros). Jobs are :data:`PAIR` 16-column panels by
+    rows copied out, padded with zeros, or on AVX-512 run as the 6 rows that end with it,
+    through a scratch tile). Jobs are :data:`PAIR` 16-column panels by
     ``chunk`` blocks of 6 rows (the panels stay in cache over them),
     claimed as in :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six
     arguments these are); a tile short of rows or columns is stored through a scratch
@@ -364,6 +365,8 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
     total = groups * chunks
     stride = (depth + 1) * SPAN
     scratch = np.empty(ROWS * SPAN, np.float32)
+    wide = np.empty(ROWS * SPAN * PAIR, np.float32)
+    nothing = wide[:0]
     lines = np.empty(ROWS * depth, np.float32)
     summed = flags & RESIDUAL != 0
     mine = 0
@@ -386,10 +389,20 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
                 height = min(ROWS, m - block * ROWS)
                 o0 = block * ROWS * n + left
                 w0 = block * ROWS * depth
-                if PAIR == 2 and width == 2 * SPAN and height == ROWS:
+                short = ROWS - height
+                if PAIR == 2 and width == 2 * SPAN and short == 0:
                     wide_panel(x, w0, 1, depth, depth, columns, c0, SPAN, stride, columns,
                                c0 + depth * SPAN, stride, out, o0, n, residual, flags,
                                bounds)  # type: ignore[call-arg]  # (typingctx)
+                    continue
+                if PAIR == 2 and width == 2 * SPAN and w0 >= short * depth:
+                    # the 6 rows that end with the last ones, read in place, through a
+                    # scratch tile (the first ones computed and dropped)
+                    wide_panel(x, w0 - short * depth, 1, depth, depth, columns, c0, SPAN,
+                               stride, columns, c0 + depth * SPAN, stride, wide, 0,
+                               2 * SPAN, nothing, 0, bounds)  # type: ignore[call-arg]
+                    from_scratch(out, o0, n, wide[short * 2 * SPAN:], height, 2 * SPAN,
+                                 2 * SPAN, 1, residual, flags, bounds)
                     continue
                 for tile in range(PAIR * group, min(tiles, PAIR * (group + 1))):
                     t0 = tile * stride
