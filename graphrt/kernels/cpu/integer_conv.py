@@ -9,7 +9,8 @@ The data is first copied into a padded buffer of 32-bit words, ``[N, C/4, Hp, Wp
 word holds 4 input channels of one pixel, their bytes minus nothing (8-bit unsigned; signed
 data has its top bit flipped, which adds 128 to its values and its zero point), the border
 and the channels past ``C`` filled with the zero point. The weight minus its zero points is
-packed once per loaded weight as ``[ceil(O/8), T, 8, 4]`` signed bytes (``T`` words of taps:
+packed once per loaded weight as ``[ceil(O/P), T, P, 4]`` signed bytes (``P`` :data:`PACK`
+output channels side by side, 8 or 16; ``T`` words of taps:
 4 input channels at one kernel offset). The micro-kernel (:func:`_tile`, LLVM IR emitted
 through a numba intrinsic) keeps 8 output channels x 8 output pixels in 8 int32 vectors:
 per word of taps it loads the 8 channels' 32 weight bytes (a vector) and, per pixel,
@@ -74,7 +75,7 @@ from .kernel_parts import (
     transpose,
 )
 
-__all__ = ["CHANNELS", "GEOMETRY", "JOB_CHANNELS", "PIXELS", "QUAD", "qconv_jobs"]
+__all__ = ["CHANNELS", "GEOMETRY", "JOB_CHANNELS", "PACK", "PIXELS", "QUAD", "qconv_jobs"]
 
 CHANNELS = 8
 """Output channels of one tile (a vector of 8 int32 lanes)."""
@@ -83,6 +84,11 @@ PIXELS = 8
 the 16 vector registers of AVX2; a channel's 8 results are 8 bytes of its plane."""
 QUAD = 4
 """Input taps (channels) of one 32-bit word of the padded data."""
+PACK = 2 * CHANNELS if VNNI else CHANNELS
+"""Output channels the packed weight holds side by side (``[ceil(O/PACK), T, PACK, 4]``):
+16 with AVX-512 VNNI, a 64-byte vector a word of taps for :data:`_wide_tile` (joined from
+two 32-byte blocks of 8 it took a shuffle a vector), else 8; the AVX2 tile reads its 8 of
+them."""
 JOB_CHANNELS = 4 * CHANNELS if VNNI else CHANNELS
 """Output channels of one job of :func:`qconv_jobs`: with AVX-512 VNNI, 32 (a tile of four
 blocks of 8, :data:`_wide_tile`), else one block of 8."""
@@ -206,7 +212,7 @@ def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q
                  for p in range(PIXELS)]
 
         def tap(t: Any, accs: list[Any]) -> list[Any]:
-            wi = builder.add(w0, builder.mul(t, c64(CHANNELS * QUAD)))
+            wi = builder.add(w0, builder.mul(t, c64(PACK * QUAD)))
             w = builder.load(_at(builder, wp, wi, _BYTES), align=1)
             offset = builder.sext(builder.load(builder.gep(tp, [t])), ir.IntType(64))
             new: list[Any] = []
@@ -240,15 +246,14 @@ def _tile(typingctx: Any, weights: Any, w0: Any, x: Any, x0: Any, pixels: Any, q
     return sig, codegen
 
 
-_WIDE_BYTES = ir.VectorType(_I8, 64)
 _WIDE_INTS = ir.VectorType(I32, 16)
 
 
 def _wide_tile_of(blocks: int) -> Any:
     """The tile of ``blocks`` (2 or 4) blocks of 8 output channels x 8 pixels on AVX-512
-    VNNI (:data:`~graphrt.kernels.cpu.kernel_parts.VNNI`): two blocks' weights of a word of
-    taps side by side in a 64-byte vector (block ``k``'s ``wblock`` bytes after the
-    first's), a pixel's word broadcast to its 16 lanes, and one ``vpdpbusd`` (4 products of
+    VNNI (:data:`~graphrt.kernels.cpu.kernel_parts.VNNI`): 16 channels' weights of a word of
+    taps in a 64-byte vector (:data:`PACK`; the next 16 ``wblock`` bytes after), a pixel's
+    word broadcast to its 16 lanes, and one ``vpdpbusd`` (4 products of
     unsigned data and signed weight bytes added into each int32 lane, exactly, with no int16
     step) per pixel and vector: per word, ``blocks / 2`` loads and 8 broadcasts for ``4 *
     blocks`` instructions, where the AVX2 tile takes one load, 8 broadcasts and 24
@@ -279,16 +284,12 @@ def _wide_tile_of(blocks: int) -> Any:
                             _WIDE_INTS, _WIDE_INTS)
             bases = [builder.add(x0, builder.load(builder.gep(pp, [builder.add(q0, c64(p))])))
                      for p in range(PIXELS)]
-            starts = [builder.mul(wblock, c64(k)) for k in range(blocks)]
-            join = ir.Constant(ir.VectorType(I32, 64), list(range(64)))
+            starts = [builder.mul(wblock, c64(j)) for j in range(vectors)]
 
             def tap(t: Any, accs: list[Any]) -> list[Any]:
-                wi = builder.add(w0, builder.mul(t, c64(CHANNELS * QUAD)))
-                halves = [builder.load(_at(builder, wp, builder.add(wi, start), _BYTES), align=1)
-                          for start in starts]
-                w = [builder.bitcast(builder.shuffle_vector(halves[2 * j], halves[2 * j + 1],
-                                                            join), _WIDE_INTS)
-                     for j in range(vectors)]
+                wi = builder.add(w0, builder.mul(t, c64(PACK * QUAD)))
+                w = [builder.load(_at(builder, wp, builder.add(wi, start), _WIDE_INTS), align=1)
+                     for start in starts]
                 offset = builder.sext(builder.load(builder.gep(tp, [t])), ir.IntType(64))
                 new: list[Any] = []
                 for p in range(PIXELS):
@@ -459,7 +460,7 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
     conv_jobs` numbers its own: image-major, by strip of ``strip`` tiles, by block of 8
     output channels, along the strip. ``image``: words per padded image; ``pixels``: per
     output pixel (padded to whole tiles) its window's word in an image; ``taps``: per word
-    of taps its offset from the window's; ``weights``: ``[ceil(O/8), T, 8, 4]``;
+    of taps its offset from the window's; ``weights``: ``[ceil(O/PACK), T, PACK, 4]``;
     ``bias`` and ``multiplier``: per output channel (whole blocks); ``levels``: the output's
     zero point, low and high bounds; ``out``: ``[N, channels, length]`` bytes. Where
     ``sums`` (``[N, channels, length]`` int32) is not empty, the int32 sums plus the bias
@@ -472,7 +473,7 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
     tiles = (length + PIXELS - 1) // PIXELS
     total = geometry[0] * blocks * tiles
     scratch = np.empty(JOB_CHANNELS * PIXELS, np.int32)
-    wblock = n_taps * CHANNELS * QUAD  # bytes between two blocks' packed weights
+    wblock = n_taps * PACK * QUAD  # bytes between two packed blocks' weights
     mine = 0
     while True:
         first, last = claim(counters, 0, grain, total, caller)
@@ -487,7 +488,7 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
             while VNNI and end - c >= 2 * CHANNELS:
                 kept = (4 if end - c >= 4 * CHANNELS else 2) * CHANNELS
                 o0 = (img * channels + c) * length + q0
-                w0 = (c // CHANNELS) * wblock
+                w0 = (c // PACK) * wblock
                 whole = count == PIXELS
                 if kept == 4 * CHANNELS:
                     _wide_tile(weights, w0, wblock, padded, img * image, pixels, q0, taps,
@@ -504,7 +505,7 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
             while c < end:
                 kept = min(CHANNELS, end - c)
                 o0 = (img * channels + c) * length + q0
-                w0 = (c // CHANNELS) * wblock
+                w0 = (c // PACK) * wblock + (c % PACK) * QUAD  # its 8 of the packed block
                 whole = count == PIXELS and kept == CHANNELS
                 _tile(weights, w0, padded, img * image, pixels, q0, taps, bias, multiplier, c,
                       levels, out, sums, o0, length, scratch,

@@ -118,31 +118,32 @@ def integer_plan(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
 
 @dataclass(frozen=True)
 class IntegerWeight:
-    """A weight packed for the integer kernel: ``weights`` ``[ceil(O/8), T, 8, 4]`` signed
-    bytes (the weight minus its zero points; zeros past ``O`` and ``C``), flattened, and
-    ``sums`` per output channel (int64: what the data's zero point is multiplied by)."""
+    """A weight packed for the integer kernel: ``weights`` ``[ceil(O/B), T, B, 4]`` signed
+    bytes (the weight minus its zero points; zeros past ``O`` and ``C``; ``B`` the kernel's
+    ``PACK``, 8, or 16 with AVX-512 VNNI), flattened, and ``sums`` per output channel
+    (int64: what the data's zero point is multiplied by)."""
 
     weights: np.ndarray[Any, Any]
     sums: np.ndarray[Any, Any]
 
 
-def pack_integer(weight: np.ndarray[Any, Any], zero: np.ndarray[Any, Any]
-                 ) -> IntegerWeight | None:
+def pack_integer(weight: np.ndarray[Any, Any], zero: np.ndarray[Any, Any],
+                 block: int = _CHANNELS) -> IntegerWeight | None:
     """``weight`` (8-bit ``[O, C, kh, kw]``) minus ``zero`` (one, or one per output
-    channel) packed for the integer kernel; None where a value leaves int8 or two adjacent
-    taps of a word break :data:`_PAIR_LIMIT`."""
+    channel) packed for the integer kernel, ``block`` output channels side by side; None
+    where a value leaves int8 or two adjacent taps of a word break :data:`_PAIR_LIMIT`."""
     o, c, kh, kw = weight.shape
     centered = weight.astype(np.int32) - np.asarray(zero, np.int32).reshape(-1, 1, 1, 1)
     if centered.size and (centered.min() < -128 or centered.max() > 127):
         return None
-    blocks, words = -(-o // _CHANNELS), -(-c // _QUAD)
-    full = np.zeros((blocks * _CHANNELS, words * _QUAD, kh, kw), np.int32)
+    blocks, words = -(-o // block), -(-c // _QUAD)
+    full = np.zeros((blocks * block, words * _QUAD, kh, kw), np.int32)
     full[:o, :c] = centered
-    taps = full.reshape(blocks * _CHANNELS, words, _QUAD, kh, kw).transpose(0, 1, 3, 4, 2)
+    taps = full.reshape(blocks * block, words, _QUAD, kh, kw).transpose(0, 1, 3, 4, 2)
     magnitudes = np.abs(taps)
     if (magnitudes[..., 0::2] + magnitudes[..., 1::2]).max(initial=0) > _PAIR_LIMIT:
         return None
-    packed = taps.reshape(blocks, _CHANNELS, -1, _QUAD).transpose(0, 2, 1, 3)
+    packed = taps.reshape(blocks, block, -1, _QUAD).transpose(0, 2, 1, 3)
     return IntegerWeight(aligned_copy(packed.astype(np.int8)),
                          centered.reshape(o, -1).sum(axis=1, dtype=np.int64))
 

@@ -224,7 +224,7 @@ def qconv_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: TensorType,
         bias = arrays[8] if n_in == 9 else None
         target, data, padded, part, acc, words = arrays[n_in:]
         if in_integers is not None:
-            packed = _integer_weight(wq, wz)
+            packed = _integer_weight(wq, wz, in_integers.kernels.PACK)
             if packed is not None:
                 in_integers(packed, arrays[:n_in], target, words)
                 return
@@ -278,7 +278,7 @@ def conv_integer_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: Tenso
 
     def run(*arrays: Any) -> None:
         xq, wq, xz, wz, target, words = arrays
-        packed = _integer_weight(wq, wz)
+        packed = _integer_weight(wq, wz, integer.PACK)
         if packed is None:
             reference(xq, wq, xz, wz, target)
         else:
@@ -287,12 +287,13 @@ def conv_integer_call(attrs: ConvAttrs, inputs: Sequence[TensorType], out: Tenso
     return QConvCall(run, (TensorType((plan.workspace,), "uint32"),))
 
 
-def _integer_weight(weight: Any, zero: Any) -> IntegerWeight | None:
-    """``weight`` minus ``zero`` packed for the integer kernel, once per loaded weight and
-    zero points (both ops share it), or None where the kernel declines it."""
+def _integer_weight(weight: Any, zero: Any, block: int) -> IntegerWeight | None:
+    """``weight`` minus ``zero`` packed for the integer kernel (``block`` output channels side
+    by side), once per loaded weight and zero points (both ops share it), or None where the
+    kernel declines it."""
     packed: IntegerWeight | None = derived(
-        weight, ("integer conv", zero.tobytes(), zero.shape),
-        lambda: pack_integer(np.asarray(weight), np.asarray(zero).reshape(-1)))
+        weight, ("integer conv", zero.tobytes(), zero.shape, block),
+        lambda: pack_integer(np.asarray(weight), np.asarray(zero).reshape(-1), block))
     return packed
 
 
