@@ -98,7 +98,10 @@ JOB_CHANNELS = CHANNELS * (4 if WIDE else 1)
 16, :data:`_wide_tile4`, where the weight has them, as MLAS's AVX-512 kernel holds 4 filter
 blocks: 24 accumulators; then a tile of two, :data:`_wide_tile`), else one block of 16. Tiles
 of four against tiles of two, two processes alternating: ResNet-50 at batch 1 0.94-0.97x as
-long, MobileNetV2 0.95x, ResNet-18 level."""
+long, MobileNetV2 0.95x, ResNet-18 level. Only where the taps are grouped (a blocked plan's):
+a tap at a time, as a stem's 3 input channels run, the tile of four took ResNet's 7x7 stem
+2.25 ms, the tile of two 1.69 ms (ONNX Runtime: 1.25 ms; ResNet-18 at batch 1 new / old
+0.994, old / new 1.039)."""
 PIXELS = 6
 """Output pixels of one tile: 6 x 2 accumulators + 2 weight vectors + 1 broadcast fit the 16
 vector registers of AVX2."""
@@ -430,7 +433,8 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     the copy is whole; the tiles (phase 0) then read ``padded``, else ``data``
     itself. Tiles are numbered image-major, then by strip of ``strip`` tiles along the output
     (whose data stays in cache over every block), then by block of :data:`JOB_CHANNELS`
-    output channels (on AVX-512 run as tiles of 64, then 32 of them, the rest 16 at a time),
+    output channels (on AVX-512 run as tiles of 64 where the taps are grouped, of 32, then
+    16),
     then along the strip (so one block's packed weights stay in cache over its tiles), and
     claimed ``grain`` at a time. A thread runs its claimed tiles over ``span`` taps at a
     time (all of them where ``span`` is their count): the later passes start from zero and
@@ -474,7 +478,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                 c = block * step  # the block's first channel, then the next tile's
                 end = min(channels, c + step)
                 while WIDE and count > 1 and end - c >= CHANNELS:
-                    kept = min(4, (end - c) // CHANNELS)
+                    kept = min(4 if grouped else 2, (end - c) // CHANNELS)
                     kept = (kept if kept != 3 else 2) * CHANNELS
                     quads = kept == 4 * CHANNELS
                     halves = kept // LANES if count == PIXELS else 0
