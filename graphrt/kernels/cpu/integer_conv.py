@@ -457,10 +457,11 @@ def qconv_jobs(data: np.ndarray, geometry: np.ndarray, padded: np.ndarray, image
 
     The threads first copy ``data`` into ``padded`` together (phase 1, :data:`GEOMETRY`),
     then run the tiles (phase 0), numbered as :func:`graphrt.kernels.cpu.direct_conv.
-    conv_jobs` numbers its own: image-major, by strip of ``strip`` tiles, by block of 8
-    output channels, along the strip. ``image``: words per padded image; ``pixels``: per
-    output pixel (padded to whole tiles) its window's word in an image; ``taps``: per word
-    of taps its offset from the window's; ``weights``: ``[ceil(O/PACK), T, PACK, 4]``;
+    conv_jobs` numbers its own: image-major, by strip of ``strip`` tiles, by block of
+    :data:`JOB_CHANNELS` output channels, along the strip. ``image``: words per padded
+    image; ``pixels``: per output pixel (padded to whole tiles) its window's word in an
+    image; ``taps``: per word of taps its offset from the window's; ``weights``:
+    ``[ceil(O/PACK), T, PACK, 4]``;
     ``bias`` and ``multiplier``: per output channel (whole blocks); ``levels``: the output's
     zero point, low and high bounds; ``out``: ``[N, channels, length]`` bytes. Where
     ``sums`` (``[N, channels, length]`` int32) is not empty, the int32 sums plus the bias
