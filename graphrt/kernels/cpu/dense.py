@@ -110,8 +110,7 @@ def pack_columns(weight: np.ndarray[Any, Any], transposed: bool,
 def epilogue_after(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,
                    epilogue: Epilogue) -> None:
     """The epilogue on a stored result (the reference's path)."""
-    for step in _epilogue_steps(out, residual, epilogue):
-        step()
+    _in_turn(tuple(_epilogue_steps(out, residual, epilogue)))
 
 
 def _epilogue_steps(out: np.ndarray[Any, Any], residual: np.ndarray[Any, Any] | None,

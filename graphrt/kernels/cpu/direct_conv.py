@@ -180,7 +180,8 @@ def _tile_of(vectors: int, grouped: bool = False, width: int = PIXELS, wide: boo
         builder.position_at_end(scatter)
         clip, low, high = clip_of(builder, flags, lp, False)
         vclip, vlow, vhigh = clip_of(builder, flags, lp, True, lanes)
-        eights = [clip_of(builder, flags, lp, True)[1:]] if wide else []
+        # the bounds in 8 lanes, for the blocked layout's groups of 8 channels
+        low8, high8 = clip_of(builder, flags, lp, True)[1:] if wide else (vlow, vhigh)
 
         def store(residual: bool, relu: bool) -> None:  # NCHW: scalar stores
             # without a residual the epilogue runs on the vectors, before they are
@@ -208,8 +209,6 @@ def _tile_of(vectors: int, grouped: bool = False, width: int = PIXELS, wide: boo
             return builder.shuffle_vector(acc, acc, half)
 
         def blocked(residual: bool, relu: bool) -> None:  # a vector per pixel, 8 channels
-            low8, high8 = eights[0] if wide else (vlow, vhigh)
-
             def group_of(g: int) -> None:
                 for p in range(width):
                     index = builder.add(o0, builder.add(builder.mul(plane, c64(8 * g)),
