@@ -177,6 +177,7 @@ class IntegerCall:
                  bounds: tuple[int, int], sums: bool = False) -> None:
         self.kernels, self.plan, self.signed, self.bounds = kernels, plan, signed, bounds
         self.sums = sums
+        self.grain = max(1, plan.grain * _CHANNELS // kernels.JOB_CHANNELS)  # of its jobs
         self.small = (2,) if sums else (1, 2, 4, 6, 7)  # the inputs the call derives from
         self.derived: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
@@ -216,8 +217,7 @@ class IntegerCall:
         run_jobs(self.kernels.qconv_jobs, plan.parallel, (
             data, geometry, buffer.reshape(-1)[:plan.workspace], plan.image, plan.pixels,
             plan.length, plan.taps, packed.weights, summed, scales, levels, bytes_, sums,
-            packed.sums.shape[0], plan.strip, np.zeros(4, np.int64),
-            max(1, plan.grain * _CHANNELS // self.kernels.JOB_CHANNELS)))
+            packed.sums.shape[0], plan.strip, np.zeros(4, np.int64), self.grain))
 
 
 _NO_BYTES = np.zeros(0, np.uint8)
