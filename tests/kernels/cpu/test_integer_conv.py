@@ -228,3 +228,43 @@ def test_the_cpu_provider_runs_conv_integer_and_sim_the_reference() -> None:
     prepared = chain("cpu", np).prepare(op, op.attrs(), types, out)
     assert prepared is not None and prepared.provider == "cpu"
     assert chain("sim", np).prepare(op, op.attrs(), types, out).provider != "cpu"
+
+
+def _padded_reference(x: np.ndarray, geometry: np.ndarray) -> np.ndarray:
+    """The padded copy of words as :data:`~graphrt.kernels.cpu.integer_conv.GEOMETRY` says,
+    one byte at a time."""
+    n, c, h, w, hp, wp, top, left, _, flip, fill, down, across = (int(v) for v in geometry)
+    words = -(-c // 4)
+    out = np.full((n, words, hp, wp, 4), fill, np.uint8)
+    rows = max(0, min(-(-h // down), hp - top))
+    cols = max(0, min(-(-w // across), wp - min(left, wp)))
+    picked = x[:, :, ::down, ::across][:, :, :rows, :cols] ^ np.uint8(flip)
+    for ch in range(c):
+        out[:, ch // 4, top:top + rows, left:left + cols, ch % 4] = picked[:, ch]
+    return out.view(np.uint32).reshape(-1)
+
+
+@pytest.mark.parametrize(("shape", "pads", "steps"), [
+    ((1, 8, 6, 6), (1, 1), (1, 1)),
+    ((2, 7, 5, 17), (0, 2), (1, 1)),  # a short word of channels, a span and one pixel
+    ((1, 4, 3, 16), (1, 0), (1, 1)),  # one whole span a line
+    ((1, 12, 9, 33), (0, 0), (2, 2)),  # strided: every other pixel
+    ((1, 4, 2, 1), (3, 3), (1, 1)),  # one pixel a line, mostly border
+    ((2, 16, 14, 14), (1, 1), (1, 1)),  # short lines, their last bytes at the data's end
+])
+def test_the_padded_copy_equals_its_reference(shape: tuple[int, ...], pads: tuple[int, int],
+                                              steps: tuple[int, int]) -> None:
+    kernels = jit.integer_conv()
+    n, c, h, w = shape
+    kh = 3 if steps == (1, 1) else 1
+    out_h = (h + 2 * pads[0] - kh) // steps[0] + 1
+    out_w = (w + 2 * pads[1] - kh) // steps[1] + 1
+    plan = integer_plan(shape, (8, c, kh, kh), (n, 8, out_h, out_w), steps, (1, 1), pads)
+    rng = np.random.default_rng(len(shape) + h * w)
+    x = rng.integers(0, 256, shape).astype(np.uint8)
+    for flip, fill in ((0, 7), (128, 200)):
+        geometry = plan.geometry.copy()
+        geometry[9:11] = (flip, fill)
+        padded = np.full(plan.workspace, 0xDEADBEEF, np.uint32)
+        kernels._interleave(x.reshape(-1), padded, geometry, 0, n * -(-c // 4))
+        np.testing.assert_array_equal(padded, _padded_reference(x, geometry))
