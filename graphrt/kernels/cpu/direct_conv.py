@@ -72,6 +72,7 @@ from .kernel_parts import (
     array_data,
     c64,
     clip_of,
+    copy_at,
     finished,
     fma_of,
     from_scratch,
@@ -83,6 +84,7 @@ from .kernel_parts import (
     store_vector,
     tile_at,
     vector_at,
+    zeros_at,
 )
 from .product_kernels import PAIR, ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
 
@@ -324,39 +326,28 @@ def _pad(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, first: int, las
     rows, cols = max(0, min(h, hp - top)), max(0, min(w, wp - lead))
     width = wp * block  # one padded row of a block
     whole = cols - cols % LANES  # columns the transposes copy
-    for b in range(first, last):
-        src = x[b * block * h * w:(b + 1) * block * h * w]
-        dst = padded[b * hp * width:(b + 1) * hp * width]
+    for b in range(first, last):  # (no slices: a view costs two atomic reference counts)
+        src = b * block * h * w  # the block's first element in x
         for i in range(hp):
-            line = dst[i * width:(i + 1) * width]
+            line = (b * hp + i) * width  # the padded row's first element
             r = i - top
             if r < 0 or r >= rows:
-                for j in range(width):
-                    line[j] = 0.0
+                zeros_at(padded, line, width)
                 continue
-            for j in range(lead * block):
-                line[j] = 0.0
-            body = line[lead * block:(lead + cols) * block]
-            if block == 1:
-                data = src[r * w:r * w + cols]
-                for j in range(cols):
-                    body[j] = data[j]
-            elif source_blocked:  # the same pixels, channels side by side already
-                data = src[r * w * block:(r * w + cols) * block]
-                for j in range(cols * block):
-                    body[j] = data[j]
+            zeros_at(padded, line, lead * block)
+            body = line + lead * block
+            if block == 1 or source_blocked:  # (blocked: the channels side by side already)
+                copy_at(padded, body, x, src + r * w * block, cols * block)
             else:
-                base = b * block * h * w + r * w
+                base = src + r * w
                 for j in range(0, whole, LANES):
-                    interleave8(x, base + j, h * w, padded, b * hp * width + i * width
-                                 + (lead + j) * block)  # type: ignore[call-arg]  # (typingctx)
+                    interleave8(x, base + j, h * w, padded,
+                                body + j * block)  # type: ignore[call-arg]  # (typingctx)
                 for c in range(block):
-                    data = src[(c * h + r) * w + whole:(c * h + r) * w + cols]
-                    for j in range(cols - whole):
-                        body[(whole + j) * block + c] = data[j]
-            rest = line[(lead + cols) * block:]
-            for j in range(rest.shape[0]):
-                rest[j] = 0.0
+                    at = src + (c * h + r) * w
+                    for j in range(whole, cols):
+                        padded[body + j * block + c] = x[at + j]
+            zeros_at(padded, body + cols * block, (wp - lead - cols) * block)
 
 
 @numba.njit(types.void(FLOATS_IN, FLOATS, I64_IN, types.int64, types.int64), cache=True,

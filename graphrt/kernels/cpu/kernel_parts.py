@@ -326,6 +326,23 @@ def prefetch(typingctx: Any, x: Any, at: Any) -> Any:
     return sig, codegen
 
 
+@numba.njit(nogil=True)
+def zeros_at(out: np.ndarray, at: int, count: int) -> None:
+    """``out[at:at + count] = 0`` without a view (a view costs two atomic reference counts),
+    by unsigned indices (no wraparound check, so the loop vectorizes)."""
+    start = np.uint64(at)
+    for j in range(np.uint64(count)):
+        out[start + j] = 0
+
+
+@numba.njit(nogil=True)
+def copy_at(out: np.ndarray, to: int, x: np.ndarray, at: int, count: int) -> None:
+    """``out[to:to + count] = x[at:at + count]``, as :func:`zeros_at` writes."""
+    start, source = np.uint64(to), np.uint64(at)
+    for j in range(np.uint64(count)):
+        out[start + j] = x[source + j]
+
+
 @numba.njit(cache=True, nogil=True)
 def epilogue(value: float, residual: np.ndarray, at: int, flags: int, bounds: np.ndarray
               ) -> float:
