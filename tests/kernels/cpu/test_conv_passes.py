@@ -23,20 +23,32 @@ def _plan(n: int, c: int, o: int, hw: int, **kwargs: Any) -> conv.DirectPlan:
                        True, True, **kwargs)
 
 
+def _bytes(n: int, c: int, hw: int) -> int:
+    return n * c * hw * hw * 4
+
+
 def test_passes_are_for_blocked_pointwise_convolutions_of_many_channels_only() -> None:
-    assert conv.pass_channels(_plan(8, 192, 32, 28), 32, 192) == 64  # narrow: short passes
-    assert conv.pass_channels(_plan(1, 144, 24, 56), 24, 144) == 64
-    assert conv.pass_channels(_plan(8, 1024, 160, 14), 160, 1024) == 128
-    assert conv.pass_channels(_plan(8, 1024, 256, 14), 256, 1024) is None  # panels instead
-    assert conv.pass_channels(_plan(8, 96, 24, 56), 24, 96) is None  # under two passes
-    assert conv.pass_channels(_plan(8, 192, 256, 28), 256, 192) is None
-    assert conv.pass_channels(_plan(8, 960, 160, 7), 160, 960) is None  # 7x7: read whole
+    big = conv._PASS_BYTES  # data past the caches
+    assert conv.pass_channels(_plan(8, 192, 32, 28), 32, 192, big) == 64  # narrow: short passes
+    assert conv.pass_channels(_plan(1, 144, 24, 56), 24, 144, big) == 64
+    assert conv.pass_channels(_plan(8, 1024, 160, 14), 160, 1024, big) == 128
+    assert conv.pass_channels(_plan(8, 1024, 256, 14), 256, 1024, big) is None  # panels
+    assert conv.pass_channels(_plan(8, 96, 24, 56), 24, 96, big) is None  # under two passes
+    assert conv.pass_channels(_plan(8, 192, 256, 28), 256, 192, big) is None
+    assert conv.pass_channels(_plan(8, 960, 160, 7), 160, 960, big) is None  # 7x7: read whole
     nchw = direct_plan((8, 192, 28, 28), (32, 192, 1, 1), (8, 32, 28, 28), (1, 1), (1, 1),
                        (0, 0))
-    assert conv.pass_channels(nchw, 32, 192) is None
+    assert conv.pass_channels(nchw, 32, 192, big) is None
     three = direct_plan((8, 192, 28, 28), (32, 192, 3, 3), (8, 32, 28, 28), (1, 1), (1, 1),
                         (1, 1), True, True)
-    assert conv.pass_channels(three, 32, 192) is None
+    assert conv.pass_channels(three, 32, 192, big) is None
+
+
+def test_data_still_in_cache_takes_one_pass() -> None:
+    """MobileNetV2's projection at batch 1 (1.8 MiB) in one pass; ResNet-50's 256 -> 64 at
+    56x56 and batch 8 (25 MiB) in passes."""
+    assert conv.pass_channels(_plan(1, 144, 24, 56), 24, 144, _bytes(1, 144, 56)) is None
+    assert conv.pass_channels(_plan(8, 256, 64, 56), 64, 256, _bytes(8, 256, 56)) == 64
 
 
 @pytest.mark.parametrize(("residual", "relu", "clip"),
@@ -59,6 +71,7 @@ def test_the_passes_compute_the_convolution_and_its_epilogue(
              TensorType(b.shape, "float32")]
     out_type = TensorType((n, o // 8, hw, hw, 8), "float32")
     results = []
+    monkeypatch.setattr(conv, "_PASS_BYTES", 0)
     for pixels in (1, 1 << 30):  # in passes, then in one
         monkeypatch.setattr(conv, "_PASS_PIXELS", pixels)
         conv.direct_plan.cache_clear()
@@ -76,6 +89,7 @@ def test_the_passes_compute_the_convolution_and_its_epilogue(
 def test_a_pass_call_runs_in_passes_and_again_the_same(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     monkeypatch.setattr(conv, "_PASS_PIXELS", 1)
+    monkeypatch.setattr(conv, "_PASS_BYTES", 0)
     plan = _plan(1, 128, 16, 6)
     x = np.ones((1, 16, 6, 6, 8), np.float32)
     w = np.ones((16, 128, 1, 1), np.float32)
