@@ -32,11 +32,16 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
+from numba.extending import intrinsic
 
 from .job_protocol import JOBS, claim, done, finish, flat, ring
+from .kernel_parts import LANES, accumulate, array_data, c64, splat, vector_at
 
 __all__ = ["POOLED", "block_means", "max_pool_jobs", "plane_means"]
 
@@ -171,13 +176,38 @@ def max_pool_jobs(x: np.ndarray, out: np.ndarray, lowest: float, planes: int, h:
 def plane_means(x: np.ndarray, length: int, out: np.ndarray) -> None:
     """``out[p]`` = the mean of ``x[p * length:(p + 1) * length]`` (a global average pool of
     planes of ``length`` pixels), summed in float32 by vector lanes (as numpy's pairwise sum,
-    in another order), then divided once."""
+    in another order), then divided once. (No view a plane: a view costs two atomic
+    reference counts; unsigned indices skip the wraparound check.)"""
     for p in range(out.shape[0]):
-        plane = x[p * length:(p + 1) * length]
+        start = np.uint64(p * length)
         total = np.float32(0.0)
-        for i in range(length):
-            total += plane[i]
+        for i in range(np.uint64(length)):
+            total += x[start + i]
         out[p] = total / np.float32(length)
+
+
+@intrinsic
+def _lane_means(typingctx: Any, x: Any, at: Any, length: Any, out: Any, to: Any) -> Any:
+    """``out[to + c]`` = the mean of ``x[at + 8 i + c]`` over ``i < length``, for the 8
+    lanes ``c``: one vector of sums, a load and an add a pixel."""
+    sig = types.void(x, at, length, out, to)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        xp, op = (array_data(context, builder, signature, args, i).data for i in (0, 3))
+        at, length, to = args[1], args[2], args[4]
+        vector = ir.VectorType(ir.FloatType(), LANES)
+
+        def step(i: Any, sums: list[Any]) -> list[Any]:
+            where = builder.add(at, builder.mul(i, c64(LANES)))
+            return [builder.fadd(sums[0], builder.load(vector_at(builder, xp, where),
+                                                        align=4))]
+
+        total = accumulate(builder, length, [ir.Constant(vector, None)], step)[0]
+        mean = builder.fdiv(total, splat(builder, builder.sitofp(length, vector.element)))
+        builder.store(mean, vector_at(builder, op, to), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @numba.njit(types.void(flat(types.float32, True), types.int64, flat(types.float32)),
@@ -185,12 +215,8 @@ def plane_means(x: np.ndarray, length: int, out: np.ndarray) -> None:
 def block_means(x: np.ndarray, length: int, out: np.ndarray) -> None:
     """The global average pool of blocked data (``[N, C/8, H, W, 8]``, flat): ``out[8 * p +
     c]`` = the mean over the ``length`` pixels of block ``p`` of its lane ``c``, summed in
-    float32 a pixel at a time (the lanes side by side), then divided once."""
+    float32 a pixel at a time (the lanes side by side, in eight scalars that LLVM keeps in
+    one vector register), then divided once. (Before, a view and an 8-float array a block:
+    MobileNetV2's 1280 channels at 7x7 took 52-57 us.)"""
     for p in range(out.shape[0] // 8):
-        block = x[p * length * 8:(p + 1) * length * 8]
-        total = np.zeros(8, np.float32)
-        for i in range(length):
-            for c in range(8):
-                total[c] += block[i * 8 + c]
-        for c in range(8):
-            out[p * 8 + c] = total[c] / np.float32(length)
+        _lane_means(x, p * length * 8, length, out, p * 8)  # type: ignore[call-arg]  # (typingctx)
