@@ -14,7 +14,9 @@ A value is blocked where all of this holds, else it stays NCHW:
 - a cpu ``conv2d`` (float32, static shape, one group or depthwise) with a multiple of 8
   output channels makes it, or a cpu ``clip`` or ``relu`` of a blocked value, or a cpu
   ``add`` of two blocked values of one shape (the residual sum), which are the same on either
-  layout;
+  layout, or a cpu ``max_pool2d`` of a blocked value (``layout="NCHW8c"``: ResNet's stem
+  pool, whose NCHW output had kept the stem's stores and the first stage's residual sums
+  NCHW);
 - every step that reads it is such a convolution reading it as its data, such an
   elementwise step whose output is blocked too, or a cpu global pool (whose ``[N, C, 1, 1]``
   output is the same bytes either way: ``layout="NCHW8c"``);
@@ -78,6 +80,8 @@ def block_layouts(b: Builder, outputs: Sequence[str]) -> None:
         if _blockable_conv(b, step) or (
                 step.op in _SAME_ON_EITHER and len(step.inputs) == 1
                 and step.inputs[0] in blocked) or (
+                step.op == "max_pool2d" and step.attrs.get("layout", "NCHW") == "NCHW"
+                and step.inputs[0] in blocked) or (
                 step.op == "add" and len(step.inputs) == 2
                 and all(value in blocked for value in step.inputs)
                 and b.shape(step.inputs[0]) == b.shape(step.inputs[1])):
@@ -101,7 +105,7 @@ def block_layouts(b: Builder, outputs: Sequence[str]) -> None:
                 step.attrs["data_layout"] = BLOCKED
             if step.outputs[0] in blocked:
                 step.attrs["out_layout"] = BLOCKED
-        elif step.op in GLOBAL_POOLS and step.inputs[0] in blocked:
+        elif step.op in (*GLOBAL_POOLS, "max_pool2d") and step.inputs[0] in blocked:
             step.attrs["layout"] = BLOCKED
 
 

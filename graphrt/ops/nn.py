@@ -21,8 +21,8 @@ Layouts and conventions:
   they are (:mod:`graphrt.onnx.layout` chooses them for chains of convolutions), or ``NHWC``
   with the weight ``OHWI`` (``kernel_layout``), which cuDNN reads as they are
   (:mod:`graphrt.onnx.channels_last` chooses them on cuda). The pools take ``NHWC`` too
-  (``layout``), the global pools ``NCHW8c`` as well; a global pool gives ``[N, C, 1, 1]``
-  whatever its data's layout (of a 1x1 image, the same bytes).
+  (``layout``), ``max_pool2d`` and the global pools ``NCHW8c`` as well; a global pool gives
+  ``[N, C, 1, 1]`` whatever its data's layout (of a 1x1 image, the same bytes).
 * ``conv2d_transpose``: weight ``[C_in, O/groups, KH, KW]`` (IOHW, as PyTorch ``ConvTranspose2d``
   and ONNX ``ConvTranspose``); one ``matmul`` then col2im (a strided scatter-add per kernel
   offset). Output size ``(H-1)*stride - pad_begin - pad_end + dilation*(K-1) + output_padding + 1``
@@ -157,12 +157,14 @@ class MaxPool2DAttrs(Attrs):
     strides: Pair | None = None
     padding: Pads = (0, 0, 0, 0)
     ceil_mode: bool = False
-    layout: ImageLayout = "NCHW"
+    layout: Layout = "NCHW"
 
 
 class AvgPool2DAttrs(MaxPool2DAttrs):
-    """``avg_pool2d``: as max_pool2d, plus whether padding counts in the divisor."""
+    """``avg_pool2d``: as max_pool2d (NCHW or NHWC), plus whether padding counts in the
+    divisor."""
 
+    layout: ImageLayout = "NCHW"
     count_include_pad: bool = False
 
 
@@ -710,6 +712,14 @@ def _nchw_view(x: Any, layout: str) -> Any:
 
 def _max_pool2d(xp: Any, inputs: Sequence[Any], outputs: Sequence[Any],
                 attrs: MaxPool2DAttrs) -> None:
+    if attrs.layout == "NCHW8c":  # through NCHW copies (the cpu's compiled pool reads it)
+        x, out = inputs[0], outputs[0]
+        plain = xp.empty_like(x, shape=_nchw_shape(x.shape, "NCHW8c"))
+        _to_nchw(x, "NCHW8c", plain)
+        pooled = xp.empty_like(out, shape=_nchw_shape(out.shape, "NCHW8c"))
+        window_reduce(xp, plain, pooled, pool2d_windows(attrs), "max")
+        _from_nchw(pooled, "NCHW8c", out)
+        return
     window_reduce(xp, _nchw_view(inputs[0], attrs.layout),
                   _nchw_view(outputs[0], attrs.layout), pool2d_windows(attrs), "max")
 

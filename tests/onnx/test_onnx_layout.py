@@ -94,6 +94,52 @@ def test_a_chain_of_convolutions_runs_blocked_and_matches_onnx_runtime() -> None
     _check_against_ort(model, bundle.create(graphrt.cpu(0)))
 
 
+def resnet_stem(seed: int = 0) -> Any:
+    """x → 7x7/2 conv, relu → 3x3/2 max pool (pad 1) → p → 3x3 conv, relu, + p → relu → 1x1
+    conv → y: ResNet's stem and the start of its first stage."""
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, shape: tuple[int, ...]) -> Any:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32),
+                                       name)
+
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c"], strides=[2, 2], pads=[3, 3, 3, 3]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Add", ["b", "p"], ["s"]),
+             helper.make_node("Relu", ["s"], ["t"]),
+             helper.make_node("Conv", ["t", "w2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 23, 23])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [weight("w0", (16, 3, 7, 7)), weight("w1", (16, 16, 3, 3)), weight("w2", (8, 16, 1, 1))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled kernels are off")
+@pytest.mark.parametrize("device", [graphrt.cpu(0), graphrt.sim(0)])
+def test_a_max_pool_between_convolutions_pools_them_blocked(device: graphrt.Device) -> None:
+    """ResNet's stem pool reads the stem's output blocked and writes its own blocked, so the
+    stem stores vectors and the first stage's residual sums stay blocked (with an NCHW pool
+    between them, the stem and the first stage's convolutions stored NCHW, one float at a
+    time)."""
+    model = resnet_stem()
+    bundle = graphrt.from_onnx(model)
+    assert _conv_layouts(bundle) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW8c"),
+                                     ("NCHW8c", "NCHW")]
+    functions = bundle.lib.spec().functions
+    pools = [step.attrs.get("layout") for node in bundle.graph.nodes
+             if node.func_name in functions
+             for step in functions[node.func_name].body if step.op == "max_pool2d"]
+    assert pools == ["NCHW8c"]
+    x = np.random.default_rng(2).standard_normal((1, 3, 23, 23)).astype(np.float32)
+    got = np.array(bundle.create(device)(x=x)[0])
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.skipif(not COMPILED, reason="the compiled kernels are off")
 def test_a_global_pool_reads_the_blocked_sum_as_it_is() -> None:
     """Its [N, C, 1, 1] output is the same bytes from NCHW8c data: the block's sum, and so h

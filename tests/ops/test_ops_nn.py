@@ -280,6 +280,26 @@ def test_conv2d_float64(device: graphrt.Device) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("size", "strides", "padding"), [
+    ((3, 3), (2, 2), (1, 1, 1, 1)),  # ResNet's stem pool
+    ((2, 3), (1, 2), (0, 1, 1, 0)),
+    ((1, 1), (2, 2), (0, 0, 0, 0)),
+])
+def test_max_pool2d_blocked_layout(device: graphrt.Device, size: tuple[int, int],
+                                   strides: tuple[int, int], padding: tuple[int, ...]) -> None:
+    """``NCHW8c`` data ([N, C/8, H, W, 8]) pools as its NCHW image does, blocked (the
+    reference unblocks around NCHW, the cpu's compiled pool reads it in place); a NaN stays
+    in its channel's windows."""
+    x = rand(2, 16, 9, 8)
+    x[1, 5, 4, 4] = np.nan
+    attrs = {"pool_size": size, "strides": strides, "padding": padding}
+    want = run_op("max_pool2d", [x], attrs, device)[0]
+    got = run_op("max_pool2d", [blocked(x)], {**attrs, "layout": "NCHW8c"}, device)[0]
+    np.testing.assert_array_equal(got, blocked(want))
+    assert np.isnan(want).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("data_layout", "out_layout"),
                          [("NCHW8c", "NCHW"), ("NCHW", "NCHW8c"), ("NCHW8c", "NCHW8c")])
 @pytest.mark.parametrize("groups", [1, 16])
@@ -701,6 +721,8 @@ REJECTIONS: list[tuple[str, list[Any], dict[str, Any], str]] = [
      "C/groups = 3/1 = 3"),
     ("max_pool2d", [((1, 5, 5), F32)], {"pool_size": (2, 2), "layout": "NHWC"},
      "data must be 4-D (NHWC)"),
+    ("max_pool2d", [((1, 8, 5, 5), F32)], {"pool_size": (2, 2), "layout": "NCHW8c"},
+     "data must be 5-D (NCHW8c)"),
     ("global_avg_pool2d", [((1, 5, 5), F32)], {"layout": "NHWC"}, "data must be 4-D (NHWC)"),
     ("conv2d_transpose", [((1, 3, 5, 5), F32), ((4, 2, 3, 3), F32)], {}, "C_in = 3"),
     ("conv2d_transpose", [((1, 3, 5, 5), F32), ((3, 2, 3, 3), F32)], {"groups": 2},
@@ -756,7 +778,7 @@ def test_rejections(name: str, inputs: list[tuple[tuple[int, ...], str]], attrs:
     ("conv2d", {"output_padding": (1, 1)}),
     ("conv2d", {"data_layout": "NCHW4c"}),
     ("conv2d", {"kernel_layout": "HWIO"}),
-    ("max_pool2d", {"pool_size": (2, 2), "layout": "NCHW8c"}),
+    ("avg_pool2d", {"pool_size": (2, 2), "layout": "NCHW8c"}),
     ("conv2d_transpose", {"out_layout": "NCHW8c"}),
     ("conv2d_transpose", {"output_padding": (-1, 0)}),
     ("max_pool2d", {}),

@@ -84,15 +84,17 @@ def _compiled_max(kernels: ModuleType | None, x: Any, out: Any,
 
 
 def _run_max(kernels: ModuleType, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None:
-    """The compiled max pool of ``x`` into a C-contiguous ``out`` of its dtype."""
+    """The compiled max pool of ``x`` into a C-contiguous ``out`` of its dtype: NCHW, or
+    blocked (``[N, C/8, H, W, 8]``, 5-D)."""
     (kh, sh, dh, top), (kw, sw, dw, left) = windows
-    planes, (h, w), (oh, ow) = x.shape[0] * x.shape[1], x.shape[2:], out.shape[2:]
+    planes, (h, w), (oh, ow) = x.shape[0] * x.shape[1], x.shape[2:4], out.shape[2:4]
+    lanes = x.shape[4] if x.ndim == 5 else 1
     bands = min(oh, -(-_POOL_JOBS // planes))
     rows = -(-oh // bands)
     jobs = planes * -(-oh // rows)
     run_jobs(kernels.max_pool_jobs, out.size * kh * kw >= _MIN_POOL_WORK, (
         np.ascontiguousarray(x).reshape(-1), out.reshape(-1), _LOWEST[x.dtype.name], planes,
-        h, w, oh, ow, kh, kw, sh, sw, dh, dw, top, left, rows, np.zeros(2, np.int64),
+        h, w, oh, ow, kh, kw, sh, sw, dh, dw, top, left, rows, lanes, np.zeros(2, np.int64),
         max(1, jobs // _POOL_JOBS)))
 
 
