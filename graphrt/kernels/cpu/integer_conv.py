@@ -66,6 +66,7 @@ from .kernel_parts import (
     I32,
     I64_IN,
     VNNI,
+    WIDE,
     accumulate,
     array_data,
     c64,
@@ -149,26 +150,31 @@ def _store_requantized(builder: Any, accs: list[Any], bias: Any, multiplier: Any
     """The tile's sums requantized into the bytes of ``out`` from ``o0``: per 4 lanes in
     float64, ``clip(rint((acc + bias) * multiplier + zero), low, high)`` (``levels``: zero,
     low, high), then the 8 x 8 bytes transposed, a channel's 8 pixels in one store."""
-    rint = _function(builder, "llvm.rint.v4f64", _D4, _D4)
-    larger = _function(builder, "llvm.maxnum.v4f64", _D4, _D4, _D4)
-    smaller = _function(builder, "llvm.minnum.v4f64", _D4, _D4, _D4)
-    zero, low, high = (_splat(builder, builder.load(builder.gep(levels, [c64(i)])), _D4)
+    width = 8 if WIDE else 4  # doubles a vector: a pixel's 8 channels at once on AVX-512
+    doubles = ir.VectorType(_F64, width)
+    lanes_of = ir.VectorType(I32, width)
+    rint = _function(builder, f"llvm.rint.v{width}f64", doubles, doubles)
+    larger = _function(builder, f"llvm.maxnum.v{width}f64", doubles, doubles, doubles)
+    smaller = _function(builder, f"llvm.minnum.v{width}f64", doubles, doubles, doubles)
+    zero, low, high = (_splat(builder, builder.load(builder.gep(levels, [c64(i)])), doubles)
                        for i in range(3))
-    b, m = ([builder.load(_at(builder, ptr, builder.add(b0, c64(4 * part)), _D4), align=8)
-             for part in range(2)] for ptr in (bias, multiplier))
+    parts = CHANNELS // width
+    b, m = ([builder.load(_at(builder, ptr, builder.add(b0, c64(width * part)), doubles),
+                          align=8) for part in range(parts)] for ptr in (bias, multiplier))
     undef = ir.Constant(_INTS, ir.Undefined)
     level = []
     for acc in accs:  # a pixel's 8 channels
-        halves = []
-        for part in range(2):  # lanes 0-3, then 4-7
-            lanes = builder.shuffle_vector(acc, undef, ir.Constant(
-                _QUADS, [4 * part + i for i in range(4)]))
-            value = builder.sitofp(lanes, _D4)
+        pieces = []
+        for part in range(parts):  # lanes 0-3, then 4-7 (or all 8)
+            lanes = acc if parts == 1 else builder.shuffle_vector(acc, undef, ir.Constant(
+                lanes_of, [width * part + i for i in range(width)]))
+            value = builder.sitofp(lanes, doubles)
             value = builder.fadd(builder.fmul(builder.fadd(value, b[part]), m[part]), zero)
             value = builder.call(rint, [value])
             value = builder.call(smaller, [builder.call(larger, [value, low]), high])
-            halves.append(builder.fptosi(value, _QUADS))
-        words = builder.shuffle_vector(halves[0], halves[1], ir.Constant(_INTS, list(range(8))))
+            pieces.append(builder.fptosi(value, lanes_of))
+        words = pieces[0] if parts == 1 else builder.shuffle_vector(
+            pieces[0], pieces[1], ir.Constant(_INTS, list(range(8))))
         level.append(builder.trunc(words, ir.VectorType(_I8, 8)))
     while len(level) > 1:  # pixel-major bytes: 8 pixels x 8 channels
         width = 2 * level[0].type.count
