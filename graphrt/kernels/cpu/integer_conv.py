@@ -147,9 +147,10 @@ def _store_sums(builder: Any, accs: list[Any], bias: Any, b0: Any, sums: Any, o0
 
 def _store_requantized(builder: Any, accs: list[Any], bias: Any, multiplier: Any, b0: Any,
                        levels: Any, out: Any, o0: Any, plane: Any) -> None:
-    """The tile's sums requantized into the bytes of ``out`` from ``o0``: per 4 lanes in
-    float64, ``clip(rint((acc + bias) * multiplier + zero), low, high)`` (``levels``: zero,
-    low, high), then the 8 x 8 bytes transposed, a channel's 8 pixels in one store."""
+    """The tile's sums requantized into the bytes of ``out`` from ``o0``: per 4 lanes (8 on
+    AVX-512) in float64, ``clip(rint((acc + bias) * multiplier + zero), low, high)``
+    (``levels``: zero, low, high), then the 8 x 8 bytes transposed, a channel's 8 pixels in
+    one store."""
     width = 8 if WIDE else 4  # doubles a vector: a pixel's 8 channels at once on AVX-512
     doubles = ir.VectorType(_F64, width)
     lanes_of = ir.VectorType(I32, width)
