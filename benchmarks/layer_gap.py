@@ -1,19 +1,25 @@
 """Where a convolutional model's time goes, graphrt against ONNX Runtime, layer by layer.
 
 Profiles one model of ``examples/onnx/models.py`` (``--model``, ``--batch``) in graphrt
-(``GraphModule.profile``) and in ONNX Runtime (its own profiler, ``enable_profiling``) in one
-process, the two interleaved round by round (``--rounds``; each after a pause of
+(``GraphModule.profile``) and times ONNX Runtime's convolutions node by node, in one process,
+the two interleaved round by round (``--rounds``; each after a pause of
 ``onnx_models.SETTLE_S``, one warm-up run, then two timed ones) so that the machine's slow
-periods fall on both. Without the pause each one's pool threads, spinning after its run, held
-the second core through the other's: MobileNetV2's 960 -> 320 projection at batch 1 profiled
-1117 us in graphrt (333 us in plain runs). The two run their nodes in different orders
+periods fall on both. ONNX Runtime's nodes are those of its own optimized graph (the NCHWc
+convolutions it runs, saved by ``optimized_model_filepath``), each run alone in a session of
+one node on its real inputs, less an empty session's time. Its profiler slowed it instead
+(MobileNetV2 at batch 1: 6.28 ms a run with ``enable_profiling``, 5.3-5.8 ms without; its
+kernel times summed to 5.9-7.4 ms), so the ratios flattered graphrt. Without the pause each
+one's pool threads, spinning after its run, held the second core through the other's:
+MobileNetV2's 960 -> 320 projection at batch 1 profiled 1117 us in graphrt (333 us in plain
+runs). The two run their nodes in different orders
 (ResNet's downsampling branch, say), so convolutions are matched by what they compute: the
 weight's shape and the data's and output's sizes. Each such layer gets its median times summed
 over its occurrences in both, then the totals per kind: the stem and other kxk convolutions,
 depthwise ones, 1x1 expansions (more output channels than input) and 1x1 projections (fewer).
-ONNX Runtime runs on as many intra-op threads as graphrt (``onnx_models.ort_session``). The
-profilers time each node alone, with their own overheads: the per-kind ratios say where the
-gap is, ``peers.py`` what a user waits for.
+ONNX Runtime runs on as many intra-op threads as graphrt (``onnx_models.graphrt_threads``).
+Its NCHWc graph pads channels to whole blocks of 16 (24 to 32), so layers are matched with
+their channels rounded up to 16 on both sides. Each node is timed alone: the per-kind ratios
+say where the gap is, ``peers.py`` what a user waits for.
 
 Usage: ``python benchmarks/layer_gap.py [--model mobilenet_v2] [--batch 8] [--rounds 8]
 [--quiet]`` (``--quiet``: the totals only).
@@ -22,11 +28,12 @@ Usage: ``python benchmarks/layer_gap.py [--model mobilenet_v2] [--batch 8] [--ro
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import onnx_models
 
@@ -44,6 +51,96 @@ H, W``."""
 def nchw(shape: Sequence[int]) -> tuple[int, ...]:
     """A data or output shape as ``N, C, H, W`` (graphrt's blocked ``N, C/8, H, W, 8`` too)."""
     return tuple(shape) if len(shape) == 4 else (shape[0], shape[1] * shape[4], *shape[2:4])
+
+
+def blocks16(layer: Layer) -> Layer:
+    """``layer`` with its channel counts rounded up to 16, as ONNX Runtime's NCHWc graph pads
+    them (a depthwise layer's per-group 1 kept)."""
+    (o, per_group, *kernel), data, out = layer
+
+    def up(c: int) -> int:
+        return -(-c // 16) * 16 if c > 4 else c  # a stem's 3 channels stay NCHW
+
+    depthwise = per_group == 1 and data[1] == o > 1
+    return ((up(o), 1 if depthwise else up(per_group), *kernel),
+            (data[0], up(data[1]), *data[2:]), (out[0], up(out[1]), *out[2:]))
+
+
+def ort_conv_nodes(model: Any, feeds: dict[str, Any]
+                   ) -> tuple[list[tuple[str, Layer, Callable[[], Any]]], Callable[[], Any]]:
+    """ONNX Runtime's convolutions as it runs them, each ``(name, layer, run)``: ``run`` runs
+    the node alone in a session of its own (no graph optimization: the node is already what
+    the full session's optimizer made of the model) on the inputs it gets in the model; and
+    the run of an empty session (one Relu of one float), whose time is each run's overhead."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnx import helper
+
+    threads = onnx_models.graphrt_threads()
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "optimized.onnx")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.optimized_model_filepath = path
+        onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                     providers=["CPUExecutionProvider"])
+        optimized = onnx.load(path)
+    plain = onnxruntime.SessionOptions()
+    plain.intra_op_num_threads = threads
+    plain.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+
+    def session(proto: Any) -> Any:
+        return onnxruntime.InferenceSession(proto.SerializeToString(), plain,
+                                            providers=["CPUExecutionProvider"])
+
+    params = {tensor.name: tensor for tensor in optimized.graph.initializer}
+    every = onnx.ModelProto()
+    every.CopyFrom(optimized)
+    del every.graph.output[:]
+    names = [node.output[0] for node in optimized.graph.node]
+    every.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
+    values = dict(feeds)
+    values.update(zip(names, session(every).run(None, feeds), strict=True))
+    nodes = []
+    for node in optimized.graph.node:
+        if node.op_type != "Conv":
+            continue
+        data = [name for name in node.input if name and name not in params]
+        graph = helper.make_graph(
+            [node], "node", [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT,
+                                                           values[name].shape)
+                             for name in data],
+            [onnx.ValueInfoProto(name=node.output[0])],
+            [params[name] for name in node.input if name in params])
+        one = helper.make_model(graph, opset_imports=optimized.opset_import,
+                                ir_version=optimized.ir_version)
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        x, y = values[data[0]].shape, values[node.output[0]].shape
+        group = int(attrs.get("group", 1))
+        kernel = attrs.get("kernel_shape") or list(params[node.input[1]].dims[2:4])
+        layer = ((y[1], x[1] // group, *kernel), tuple(x), tuple(y))
+        node_session, inputs = session(one), {name: values[name] for name in data}
+        nodes.append((node.name or node.output[0], layer,
+                      lambda s=node_session, f=inputs: s.run(None, f)))
+    empty = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["b"])], "empty",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [1])]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    empty_session, one_float = session(empty), {"a": np.ones(1, np.float32)}
+    return nodes, lambda: empty_session.run(None, one_float)
+
+
+def timed(run: Callable[[], Any]) -> float:
+    """Microseconds of ``run``: the median of :data:`_TIMED` calls after a warm-up call."""
+    run()
+    times = []
+    for _ in range(_TIMED):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
 
 
 def conv_kind(layer: Layer) -> str:
@@ -67,11 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     model = getattr(models, args.model)(batch=args.batch)
     feeds = models.sample_inputs(model)
     module = graphrt.from_onnx(model).create("cpu")
-    session = onnx_models.ort_session(model, profile=True)
+    nodes, empty = ort_conv_nodes(model, feeds)
     for _ in range(3):
         module(**feeds)
-        session.run(None, feeds)
     ours: dict[tuple[int, Layer], list[float]] = {}
+    theirs: dict[tuple[str, Layer], list[float]] = {}
+    overhead: list[float] = []
     for _ in range(args.rounds):
         module.set_input(**feeds)
         time.sleep(onnx_models.SETTLE_S)  # the other's spinning pool threads leave the cores
@@ -79,32 +177,23 @@ def main(argv: list[str] | None = None) -> None:
             if "conv2d" in node.func_name:
                 layer = (node.input_shapes[1], nchw(node.input_shapes[0]),
                          nchw(node.output_shapes[0]))
-                ours.setdefault((node.node_id, layer), []).append(node.mean_us)
+                ours.setdefault((node.node_id, blocks16(layer)), []).append(node.mean_us)
         time.sleep(onnx_models.SETTLE_S)
-        for _ in range(1 + _TIMED):  # as profile(): a warm-up run (dropped below), then two
-            session.run(None, feeds)
-    trace = Path(session.end_profiling())
-    events = json.loads(trace.read_text())
-    trace.unlink()
-    theirs: dict[tuple[str, Layer], list[float]] = {}
-    for event in events:
-        info = event.get("args", {})
-        if (event.get("cat") == "Node" and event["name"].endswith("_kernel_time")
-                and "Conv" in info.get("op_name", "")):
-            (data, weight, *_), (out,) = ([next(iter(t.values())) for t in info[key]]
-                                         for key in ("input_type_shape", "output_type_shape"))
-            layer = (tuple(weight), nchw(data), nchw(out))
-            theirs.setdefault((event["name"], layer), []).append(event["dur"])
+        overhead.append(timed(empty))
+        for name, layer, run in nodes:
+            theirs.setdefault((name, blocks16(layer)), []).append(timed(run))
+    spent = statistics.median(overhead)  # a session's own time, on every node's runs
+    theirs = {key: [max(0.0, value - spent) for value in values]
+              for key, values in theirs.items()}
     layers: dict[Layer, list[float]] = {}
     for side, times in ((0, ours), (1, theirs)):
         for (_, layer), values in times.items():
             layers.setdefault(layer, [0.0, 0.0, 0, 0])
-            if side:  # the 3 runs before the rounds, then each round's warm-up run
-                values = [v for i, v in enumerate(values[3:]) if i % (1 + _TIMED)]
             layers[layer][side] += statistics.median(values)
             layers[layer][2 + side] += 1
-    print(f"{args.model} batch {args.batch}: graphrt (profile) and ONNX Runtime (profiler), "
-          f"us, medians of {args.rounds} interleaved rounds, summed per layer")
+    print(f"{args.model} batch {args.batch}: graphrt (profile) and ONNX Runtime (each node "
+          f"alone, less {spent:.0f} us of an empty session), us, medians of {args.rounds} "
+          f"interleaved rounds, summed per layer (channels rounded up to 16)")
     totals: dict[str, list[float]] = {}
     for layer, (mine, other, count, count_other) in sorted(layers.items(),
                                                            key=lambda kv: -kv[1][0]):
