@@ -73,6 +73,7 @@ from .kernel_parts import (
     c64,
     clip_of,
     copy_at,
+    fill_at,
     finished,
     fma_of,
     from_scratch,
@@ -84,7 +85,6 @@ from .kernel_parts import (
     store_vector,
     tile_at,
     vector_at,
-    zeros_at,
 )
 from .product_kernels import PAIR, ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
 
@@ -332,9 +332,9 @@ def _pad(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, first: int, las
             line = (b * hp + i) * width  # the padded row's first element
             r = i - top
             if r < 0 or r >= rows:
-                zeros_at(padded, line, width)
+                fill_at(padded, line, width, 0.0)
                 continue
-            zeros_at(padded, line, lead * block)
+            fill_at(padded, line, lead * block, 0.0)
             body = line + lead * block
             if block == 1 or source_blocked:  # (blocked: the channels side by side already)
                 copy_at(padded, body, x, src + r * w * block, cols * block)
@@ -347,7 +347,7 @@ def _pad(x: np.ndarray, padded: np.ndarray, padding: np.ndarray, first: int, las
                     at = src + (c * h + r) * w
                     for j in range(whole, cols):
                         padded[body + j * block + c] = x[at + j]
-            zeros_at(padded, body + cols * block, (wp - lead - cols) * block)
+            fill_at(padded, body + cols * block, (wp - lead - cols) * block, 0.0)
 
 
 @numba.njit(types.void(FLOATS_IN, FLOATS, I64_IN, types.int64, types.int64), cache=True,

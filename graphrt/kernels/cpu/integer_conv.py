@@ -70,6 +70,7 @@ from .kernel_parts import (
     accumulate,
     array_data,
     c64,
+    fill_at,
     next_tile,
     spill_tile,
     tile_at,
@@ -464,13 +465,10 @@ def _interleave(x: np.ndarray, padded: np.ndarray, geometry: np.ndarray, first: 
             start = (job * hp + i) * wp  # the line's first word
             r = i - top
             if r < 0 or r >= rows:
-                for j in range(wp):
-                    padded[start + j] = fill
+                fill_at(padded, start, wp, fill)
                 continue
-            for j in range(lead):
-                padded[start + j] = fill
-            for j in range(lead + cols, wp):
-                padded[start + j] = fill
+            fill_at(padded, start, lead, fill)
+            fill_at(padded, start + lead + cols, wp - lead - cols, fill)
             start += lead
             at = c0 * plane + r * down * w
             if present == QUAD and across <= 2:

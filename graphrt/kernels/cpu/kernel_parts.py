@@ -327,17 +327,17 @@ def prefetch(typingctx: Any, x: Any, at: Any) -> Any:
 
 
 @numba.njit(nogil=True)
-def zeros_at(out: np.ndarray, at: int, count: int) -> None:
-    """``out[at:at + count] = 0`` without a view (a view costs two atomic reference counts),
-    by unsigned indices (no wraparound check, so the loop vectorizes)."""
+def fill_at(out: np.ndarray, at: int, count: int, value: Any) -> None:
+    """``out[at:at + count] = value`` without a view (a view costs two atomic reference
+    counts), by unsigned indices (no wraparound check, so the loop vectorizes)."""
     start = np.uint64(at)
     for j in range(np.uint64(count)):
-        out[start + j] = 0
+        out[start + j] = value
 
 
 @numba.njit(nogil=True)
 def copy_at(out: np.ndarray, to: int, x: np.ndarray, at: int, count: int) -> None:
-    """``out[to:to + count] = x[at:at + count]``, as :func:`zeros_at` writes."""
+    """``out[to:to + count] = x[at:at + count]``, as :func:`fill_at` writes."""
     start, source = np.uint64(to), np.uint64(at)
     for j in range(np.uint64(count)):
         out[start + j] = x[source + j]

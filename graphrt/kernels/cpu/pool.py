@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from math import prod
 from types import ModuleType
 from typing import Any
 
@@ -65,8 +66,11 @@ def max_pool_call(x: TensorType, out: TensorType, windows: Sequence[AxisWindow],
 
         return checked
 
+    geometry = _max_geometry(x.shape, out.shape, windows)  # once, at create()
+    lowest = _LOWEST[x.dtype]
+
     def kernel(x: Any, out: Any) -> None:
-        _run_max(kernels, x, out, windows)
+        _run_max(kernels, x, out, lowest, geometry)
 
     return kernel
 
@@ -79,23 +83,34 @@ def _compiled_max(kernels: ModuleType | None, x: Any, out: Any,
             and x.dtype.name in _LOWEST and out.dtype == x.dtype
             and out.flags.c_contiguous and out.size > 0):
         return False
-    _run_max(kernels, x, out, windows)
+    _run_max(kernels, x, out, _LOWEST[x.dtype.name],
+             _max_geometry(x.shape, out.shape, windows))
     return True
 
 
-def _run_max(kernels: ModuleType, x: Any, out: Any, windows: Sequence[AxisWindow]) -> None:
-    """The compiled max pool of ``x`` into a C-contiguous ``out`` of its dtype: NCHW, or
-    blocked (``[N, C/8, H, W, 8]``, 5-D)."""
+def _max_geometry(x: Sequence[int], out: Sequence[int], windows: Sequence[AxisWindow]
+                  ) -> tuple[tuple[int, ...], bool, int]:
+    """What :func:`_run_max` passes the compiled pool for data of shape ``x`` (NCHW, or
+    blocked: ``[N, C/8, H, W, 8]``) pooled into ``out``: its geometry (planes, h, w, oh, ow,
+    the windows, rows per job, lanes), whether the helpers join, and the grain."""
     (kh, sh, dh, top), (kw, sw, dw, left) = windows
-    planes, (h, w), (oh, ow) = x.shape[0] * x.shape[1], x.shape[2:4], out.shape[2:4]
-    lanes = x.shape[4] if x.ndim == 5 else 1
+    planes, (h, w), (oh, ow) = x[0] * x[1], x[2:4], out[2:4]
+    lanes = x[4] if len(x) == 5 else 1
     bands = min(oh, -(-_POOL_JOBS // planes))
     rows = -(-oh // bands)
     jobs = planes * -(-oh // rows)
-    run_jobs(kernels.max_pool_jobs, out.size * kh * kw >= _MIN_POOL_WORK, (
-        np.ascontiguousarray(x).reshape(-1), out.reshape(-1), _LOWEST[x.dtype.name], planes,
-        h, w, oh, ow, kh, kw, sh, sw, dh, dw, top, left, rows, lanes, np.zeros(2, np.int64),
-        max(1, jobs // _POOL_JOBS)))
+    return ((planes, h, w, oh, ow, kh, kw, sh, sw, dh, dw, top, left, rows, lanes),
+            prod(out) * kh * kw >= _MIN_POOL_WORK, max(1, jobs // _POOL_JOBS))
+
+
+def _run_max(kernels: ModuleType, x: Any, out: Any, lowest: Any,
+             geometry: tuple[tuple[int, ...], bool, int]) -> None:
+    """The compiled max pool of ``x`` into a C-contiguous ``out`` of its dtype, with the
+    padding value ``lowest`` and :func:`_max_geometry`'s ``geometry``."""
+    shape, parallel, grain = geometry
+    run_jobs(kernels.max_pool_jobs, parallel, (
+        np.ascontiguousarray(x).reshape(-1), out.reshape(-1), lowest, *shape,
+        np.zeros(2, np.int64), grain))
 
 
 def mean_pool_call(x: TensorType, out: TensorType, *, dynamic: bool, blocked: bool = False
