@@ -151,10 +151,30 @@ def vector_at(builder: Any, ptr: Any, index: Any, lanes: int = LANES) -> Any:
 
 
 def accumulate(builder: Any, count: Any, starts: list[Any],
-                step: Callable[[Any, list[Any]], list[Any]]) -> list[Any]:
+               step: Callable[[Any, list[Any]], list[Any]], unroll: int = 1) -> list[Any]:
     """Emit ``for t in range(count): accs = step(t, accs)`` over vector accumulators that
     start at ``starts`` (each ``step`` emits one iteration's body); returns their final
-    values."""
+    values. With ``unroll`` > 1, a loop of ``unroll`` steps a turn (their indices ``t + i``,
+    constant offsets from one ``t``) runs first, then the rest one at a time."""
+    if unroll > 1:
+        turns = builder.sdiv(count, c64(unroll))
+
+        def turn(u: Any, accs: list[Any]) -> list[Any]:
+            t = builder.mul(u, c64(unroll))
+            for i in range(unroll):
+                accs = step(builder.add(t, c64(i)), accs)
+            return accs
+
+        accs = _loop(builder, turns, starts, turn)
+        done = builder.mul(turns, c64(unroll))
+        return _loop(builder, builder.sub(count, done), accs,
+                     lambda t, accs: step(builder.add(done, t), accs))
+    return _loop(builder, count, starts, step)
+
+
+def _loop(builder: Any, count: Any, starts: list[Any],
+          step: Callable[[Any, list[Any]], list[Any]]) -> list[Any]:
+    """:func:`accumulate`'s loop of one step a turn."""
     entry = builder.basic_block
     loop, body, done = (builder.append_basic_block(f"accumulate.{part}")
                         for part in ("loop", "body", "done"))

@@ -86,11 +86,11 @@ def test_the_epilogue_is_applied_on_both_paths(epilogue: Epilogue, frozen: bool)
     """Frozen: in the kernel's stores; a weight fed at run time: after the reference."""
     for m in (29, 3):  # the tiles of 6 rows, then a row at a time
         for n in (37, 101):  # 101: a row's first 4 panels at once, then 2, then a short one
-            _check_epilogue(epilogue, frozen, m, n)
+            for k in (20, 300):  # 300: on AVX-512, 12 rows at a time (tall_panel), then 6
+                _check_epilogue(epilogue, frozen, m, n, k)
 
 
-def _check_epilogue(epilogue: Epilogue, frozen: bool, m: int, n: int) -> None:
-    k = 20
+def _check_epilogue(epilogue: Epilogue, frozen: bool, m: int, n: int, k: int) -> None:
     x = RNG.standard_normal((m, k)).astype(np.float32)
     w = RNG.standard_normal((n, k)).astype(np.float32)
     b = RNG.standard_normal(n).astype(np.float32)
