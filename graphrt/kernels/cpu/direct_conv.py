@@ -424,7 +424,7 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
     itself. Tiles are numbered image-major, then by strip of ``strip`` tiles along the output
     (whose data stays in cache over every block), then by block of :data:`JOB_CHANNELS`
     output channels (on AVX-512 run as tiles of 64 where the taps are grouped, of 32, then
-    16),
+    16; a blocked output's last 24 as a tile of 32 that stores 24),
     then along the strip (so one block's packed weights stay in cache over its tiles), and
     claimed ``grain`` at a time. A thread runs its claimed tiles over ``span`` taps at a
     time (all of them where ``span`` is their count): the later passes start from zero and
@@ -470,8 +470,13 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                 while WIDE and count > 1 and end - c >= CHANNELS:
                     kept = min(4 if grouped else 2, (end - c) // CHANNELS)
                     kept = (kept if kept != 3 else 2) * CHANNELS
+                    stored = kept
+                    if kept < end - c < 2 * CHANNELS and layout and count == PIXELS:
+                        # 24 channels: one tile of 32 (the weight's zeros past them), whose
+                        # last 8 are not stored, in one pass over the data, not two
+                        kept, stored = 2 * CHANNELS, end - c
                     quads = kept == 4 * CHANNELS
-                    halves = kept // LANES if count == PIXELS else 0
+                    halves = stored // LANES if count == PIXELS else 0
                     at = (img * channels + c) * length + (q0 * LANES if layout else q0)
                     w0 = ((c // CHANNELS) * n_taps + t0) * CHANNELS
                     if kept == CHANNELS and grouped:
@@ -501,8 +506,8 @@ def conv_jobs(data: np.ndarray, padding: np.ndarray, padded: np.ndarray, image: 
                     if not halves:
                         from_scratch(out, at, length, scratch, kept, count, 1, kept, so_far,
                                      kept_flags, bounds)
-                    c += kept
-                for sub in range(c // CHANNELS, (end + CHANNELS - 1) // CHANNELS):
+                    c += stored
+                for sub in range(-(-c // CHANNELS), (end + CHANNELS - 1) // CHANNELS):
                     kept = min(CHANNELS, channels - sub * CHANNELS)
                     at = (img * channels + sub * CHANNELS) * length + (
                         q0 * LANES if layout else q0)

@@ -30,6 +30,7 @@ CASES = [
     ((1, 16, 9, 11), 24, (3, 3), (1, 1), (1, 1), 1),   # padded copy from blocked data
     ((2, 8, 10, 10), 16, (3, 3), (2, 2), (1, 1), 1),   # strided, a half block of channels
     ((1, 32, 7, 7), 40, (1, 1), (1, 1), (0, 0), 1),    # 1x1 read in place
+    ((2, 32, 7, 7), 56, (1, 1), (1, 1), (0, 0), 1),    # 32, then 24 as a tile of 32
     ((1, 16, 12, 12), 8, (1, 1), (2, 2), (0, 0), 1),   # strided 1x1 read in place
     ((1, 24, 13, 17), 24, (3, 3), (1, 1), (1, 1), 24),  # depthwise
     ((2, 16, 15, 15), 16, (3, 3), (2, 2), (1, 1), 16),  # depthwise, strided, batch
@@ -112,3 +113,28 @@ def test_grouped_taps_give_the_bits_of_one_offset_per_tap(
             kernel(x, w, bias, blocked(extra), got)
         results.append(got)
     np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("kernel", [(1, 1), (3, 3)])
+def test_a_tile_of_32_for_24_channels_stores_only_those(kernel: tuple[int, int]) -> None:
+    """On AVX-512, the blocked output's last 24 channels run as one tile of 32 (the packed
+    weight's zeros past them) that stores three groups of 8: nothing past the output's end,
+    where the fourth would land, is written."""
+    x = blocked(RNG.standard_normal((1, 16, 12, 12)).astype(np.float32))
+    w = RNG.standard_normal((24, 16, *kernel)).astype(np.float32)
+    bias = RNG.standard_normal(24).astype(np.float32)
+    pad = kernel[0] // 2
+    out_type = TensorType((1, 3, 12, 12, 8), "float32")
+    conv = conv_epilogue(np, [TensorType(x.shape, "float32"), TensorType(w.shape, "float32"),
+                              TensorType((24,), "float32")],
+                         out_type, 1, (1, 1), (1, 1), (pad, pad), False, True, None,
+                         (True, True))
+    assert conv is not None
+    size = int(np.prod(out_type.shape))
+    room = np.full(2 * size, 7.0, np.float32)  # the output, then what follows it in memory
+    got = room[:size].reshape(out_type.shape)
+    conv(x, w, bias, got)
+    want = np.empty((1, 24, 12, 12), np.float32)
+    reference_conv(np, [unblocked(x), w, bias], [want], 1, (1, 1), (1, 1), (pad, pad))
+    np.testing.assert_allclose(unblocked(got), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+    assert (room[size:] == 7.0).all()
