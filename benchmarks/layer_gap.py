@@ -28,6 +28,7 @@ Usage: ``python benchmarks/layer_gap.py [--model mobilenet_v2] [--batch 8] [--ro
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -67,11 +68,16 @@ def blocks16(layer: Layer) -> Layer:
 
 
 def ort_conv_nodes(model: Any, feeds: dict[str, Any]
-                   ) -> tuple[list[tuple[str, Layer, Callable[[], Any]]], Callable[[], Any]]:
-    """ONNX Runtime's convolutions as it runs them, each ``(name, layer, run)``: ``run`` runs
-    the node alone in a session of its own (no graph optimization: the node is already what
-    the full session's optimizer made of the model) on the inputs it gets in the model; and
-    the run of an empty session (one Relu of one float), whose time is each run's overhead."""
+                   ) -> tuple[list[tuple[str, Layer, Callable[[], Callable[[], Any]]]],
+                              Callable[[], Any]]:
+    """ONNX Runtime's convolutions as it runs them, each ``(name, layer, make)``: ``make()``
+    opens a session of the node alone (no graph optimization: the node is already what the
+    full session's optimizer made of the model) and returns its run on the inputs the node
+    gets in the model; and the run of an empty session (one Relu of one float), whose time is
+    each run's overhead. One node's session at a time should be open: each has its own pool,
+    whose threads spin after a run, and with every node's session open at once ResNet-50's
+    node times summed to 250-330 ms (with a pause of up to 10 ms before each; 86 ms after
+    50 ms), against 43 ms for the model."""
     import numpy as np
     import onnx
     import onnxruntime
@@ -120,9 +126,10 @@ def ort_conv_nodes(model: Any, feeds: dict[str, Any]
         group = int(attrs.get("group", 1))
         kernel = attrs.get("kernel_shape") or list(params[node.input[1]].dims[2:4])
         layer = ((y[1], x[1] // group, *kernel), tuple(x), tuple(y))
-        node_session, inputs = session(one), {name: values[name] for name in data}
+        inputs = {name: values[name] for name in data}
         nodes.append((node.name or node.output[0], layer,
-                      lambda s=node_session, f=inputs: s.run(None, f)))
+                      lambda proto=one, f=inputs: functools.partial(session(proto).run, None,
+                                                                    f)))
     empty = helper.make_model(helper.make_graph(
         [helper.make_node("Relu", ["a"], ["b"])], "empty",
         [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1])],
@@ -180,8 +187,10 @@ def main(argv: list[str] | None = None) -> None:
                 ours.setdefault((node.node_id, blocks16(layer)), []).append(node.mean_us)
         time.sleep(onnx_models.SETTLE_S)
         overhead.append(timed(empty))
-        for name, layer, run in nodes:
+        for name, layer, make in nodes:
+            run = make()
             theirs.setdefault((name, blocks16(layer)), []).append(timed(run))
+            del run  # its pool's threads stop with it
     spent = statistics.median(overhead)  # a session's own time, on every node's runs
     theirs = {key: [max(0.0, value - spent) for value in values]
               for key, values in theirs.items()}

@@ -45,8 +45,10 @@ def test_ort_convolutions_run_alone_and_match_graphrt_layers() -> None:
             layer_gap.blocks16(((48, 24, 1, 1), layer_gap.nchw((1, 3, 16, 16, 8)),
                                 (1, 48, 16, 16)))}
     assert layers == ours
-    for _, _, run in nodes:
+    for _, _, make in nodes:
+        run = make()  # a session of the node alone, opened now
         assert layer_gap.timed(run) > 0
+        assert np.isfinite(run()[0]).all()
 
 
 def test_channels_round_up_to_blocks_of_16_and_kinds_survive() -> None:
