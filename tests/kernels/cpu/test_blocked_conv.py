@@ -31,6 +31,8 @@ CASES = [
     ((2, 8, 10, 10), 16, (3, 3), (2, 2), (1, 1), 1),   # strided, a half block of channels
     ((1, 32, 7, 7), 40, (1, 1), (1, 1), (0, 0), 1),    # 1x1 read in place
     ((2, 32, 7, 7), 56, (1, 1), (1, 1), (0, 0), 1),    # 32, then 24 as a tile of 32
+    ((1, 32, 20, 20), 64, (3, 3), (1, 1), (1, 1), 1),  # two tiles at once (12 pixels)
+    ((2, 64, 19, 19), 96, (1, 1), (1, 1), (0, 0), 1),  # the same, and a short last tile
     ((1, 16, 12, 12), 8, (1, 1), (2, 2), (0, 0), 1),   # strided 1x1 read in place
     ((1, 24, 13, 17), 24, (3, 3), (1, 1), (1, 1), 24),  # depthwise
     ((2, 16, 15, 15), 16, (3, 3), (2, 2), (1, 1), 16),  # depthwise, strided, batch
