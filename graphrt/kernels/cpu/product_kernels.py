@@ -1,5 +1,6 @@
 """Compiled (numba) matrix products by a weight packed 16 columns at a time: the panel
-micro-kernel (6 rows x 16 columns, :func:`panel`, which the pointwise convolution shares),
+micro-kernel (6 rows x 16 columns, :func:`panel`, which the pointwise convolution shares;
+6 or 12 rows x 32 columns on AVX-512, :func:`wide_panel` and :func:`tall_panel`),
 the job function of products of many rows (:func:`dense_jobs`), of few rows
 (:func:`row_jobs`, a matrix-vector product per row) and of stacks of products of two
 activations (:func:`batch_jobs`, attention's). :mod:`graphrt.kernels.cpu.dense` and
@@ -50,7 +51,7 @@ from .kernel_parts import (
 )
 
 __all__ = ["PAIR", "PANELS", "ROWS", "SPAN", "batch_jobs", "dense_jobs", "panel", "row_jobs",
-           "strided_panel", "wide_panel"]
+           "strided_panel", "tall_panel", "wide_panel"]
 
 ROWS = 6
 """Output channels of one pointwise tile (a broadcast weight each)."""
