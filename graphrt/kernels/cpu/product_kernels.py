@@ -373,9 +373,10 @@ def dense_jobs(x: np.ndarray, depth: int, columns: np.ndarray, m: int, n: int,
     """A matrix product ``out`` ``[m, n]`` = ``x`` ``[m, depth]`` @ the columns packed 16 at
     a time (``[ceil(n/16), depth + 1, 16]``, the bias the last step, zeros past ``n``), all
     flattened, on the micro-kernel (:func:`wide_panel` on AVX-512, else
-    :func:`strided_panel`): ``x`` read in place, 6 rows at a time (a last block short of
-    rows copied out, padded with zeros, or on AVX-512 run as the 6 rows that end with it,
-    through a scratch tile). Jobs are :data:`PAIR` 16-column panels by
+    :func:`strided_panel`): ``x`` read in place, 6 rows at a time, on AVX-512 12 (pairs of
+    a job's full blocks, :func:`tall_panel`) where ``depth`` passes :data:`TALL_DEPTH` (a
+    last block short of rows copied out, padded with zeros, or on AVX-512 run as the 6 rows
+    that end with it, through a scratch tile). Jobs are :data:`PAIR` 16-column panels by
     ``chunk`` blocks of 6 rows (the panels stay in cache over them),
     claimed as in :func:`~graphrt.kernels.cpu.direct_conv.conv_jobs` (whose last six
     arguments these are); a tile short of rows or columns is stored through a scratch
