@@ -19,7 +19,10 @@ depthwise ones, 1x1 expansions (more output channels than input) and 1x1 project
 ONNX Runtime runs on as many intra-op threads as graphrt (``onnx_models.graphrt_threads``).
 Its NCHWc graph pads channels to whole blocks of 16 (24 to 32), so layers are matched with
 their channels rounded up to 16 on both sides. Each node is timed alone: the per-kind ratios
-say where the gap is, ``peers.py`` what a user waits for.
+say where the gap is, ``peers.py`` what a user waits for. graphrt's profile of a node of tens
+of microseconds carries 10-20 us that its plain run does not (MobileNetV2's global average
+pool: 4 us called alone, 14 us right after the convolution before it, 27 us profiled), so
+the ratios of the smallest layers overstate graphrt's time.
 
 Usage: ``python benchmarks/layer_gap.py [--model mobilenet_v2] [--batch 8] [--rounds 8]
 [--quiet]`` (``--quiet``: the totals only).
