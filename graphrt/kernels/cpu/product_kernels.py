@@ -359,7 +359,7 @@ def _short_tile(a: np.ndarray, w0: int, k: int, height: int, x: np.ndarray, x0: 
 
 TALL_DEPTH = 256
 """Depth above which a product's full rows run as :func:`tall_panel` tiles (12 rows) on
-AVX-512: 4-9% faster from 384 steps (512 x 512 by 512: 0.91-0.96x the 6-row tiles' time),
+AVX-512: 4-12% faster from 384 steps (512 x 512 by 512: 0.88-0.96x the 6-row tiles' time),
 level at 256, and 4-14% slower at 64, where the tile's start and stores weigh more."""
 
 
