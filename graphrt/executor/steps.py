@@ -19,6 +19,7 @@ import numpy as np
 
 from ..devices import Array, Backend
 from ..errors import GraphrtError
+from ..kernels import bind_call
 from ..lib import Lowering, TensorType
 from ..schema import NOP, Graph
 
@@ -140,9 +141,9 @@ class LoweredRecipe:
     def prepare(self, views: Sequence[Array]) -> Step:
         arrays = tuple(_own(views[eid], self.flatten) for eid in self.eids)
         if self.lowering.direct:
-            return self.kernel, arrays
+            return bind_call(self.kernel, arrays)
         env = (*arrays, *self._intermediates(arrays))
-        calls = tuple((call.kernel, tuple(env[i] for i in call.args))
+        calls = tuple(bind_call(call.kernel, tuple(env[i] for i in call.args))
                       for call in self.lowering.calls)
         return self.kernel, (calls,)
 

@@ -15,12 +15,22 @@ Example:
     True
 """
 
-from .base import NO_EPILOGUE, ElementwiseStep, Epilogue, FusedRun, Prepared, Provider
+from .base import (
+    NO_EPILOGUE,
+    BindsArrays,
+    ElementwiseStep,
+    Epilogue,
+    FusedRun,
+    Prepared,
+    Provider,
+    bind_call,
+)
 from .reference import ReferenceProvider
 from .registry import KernelChain, chain, supports
 
 __all__ = [
     "NO_EPILOGUE",
+    "BindsArrays",
     "ElementwiseStep",
     "Epilogue",
     "FusedRun",
@@ -28,6 +38,7 @@ __all__ = [
     "Prepared",
     "Provider",
     "ReferenceProvider",
+    "bind_call",
     "chain",
     "supports",
 ]

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 
 from ..ops import ElementwiseRun, OpDef, TensorType
 
-__all__ = ["NO_EPILOGUE", "ElementwiseStep", "Epilogue", "FusedRun", "Prepared", "Provider"]
+__all__ = ["NO_EPILOGUE", "BindsArrays", "ElementwiseStep", "Epilogue", "FusedRun", "Prepared",
+           "Provider", "bind_call"]
 
 @dataclass(frozen=True)
 class Epilogue:
@@ -78,6 +79,32 @@ the op has none), its input names, its output names."""
 
 FusedRun = tuple[ElementwiseRun, Callable[..., None]]
 """A run of elementwise steps and the kernel computing it: ``kernel(*inputs, out)``."""
+
+
+class BindsArrays(Protocol):
+    """A kernel that does per step, once, what a call would do every time: the executor
+    binds it to a step's arrays when it prepares the step (and again when they change), and
+    runs ``call(*args)`` of what ``bind_arrays`` returns. A small compiled loop reads its
+    arrays through their addresses this way (:class:`graphrt.kernels.cpu.loops.BoundLoop`).
+    The arrays' memory stays where it is while the step lives; their contents change."""
+
+    def __call__(self, *arrays: Any) -> None: ...
+
+    def bind_arrays(self, arrays: tuple[Any, ...]) -> tuple[Callable[..., None], tuple[Any, ...]]:
+        ...
+
+
+def bind_call(kernel: Callable[..., None], arrays: tuple[Any, ...]
+              ) -> tuple[Callable[..., None], tuple[Any, ...]]:
+    """The call that runs ``kernel`` on ``arrays`` in a prepared step: what a kernel that
+    :class:`BindsArrays` makes of them, else the kernel and the arrays as they are.
+
+    Example:
+        >>> bind_call(max, (1, 2))
+        (<built-in function max>, (1, 2))
+    """
+    binder = getattr(kernel, "bind_arrays", None)
+    return (kernel, arrays) if binder is None else binder(arrays)
 
 
 class Provider(Protocol):

@@ -298,7 +298,7 @@ fn = Library().define("f", {"inputs": ["a", "b"], "outputs": ["y"], "body": [
     {"op": "multiply", "inputs": ["u", "b"], "outputs": ["y"]}]})
 f32 = TensorType((7,), "float32")
 (call,) = fn.lower([f32, f32], [f32], kernels=chain("cpu", np), where="child", fuse=True).calls
-stats = call.kernel.stats
+stats = call.kernel.bound.stats
 print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
 """
 
@@ -361,3 +361,71 @@ def test_the_loop_indexes_its_range_from_zero(shapes: tuple[tuple[int, ...], ...
     assert source is not None
     assert "range(lo, hi)" not in source.kernel and "range(hi - lo)" in source.kernel
     assert "yv = y.reshape(n)[lo" in source.kernel
+
+
+def _small_loop() -> cpu_fusion.BoundLoop:
+    """``y = (a + b) * a - b`` over 6 float32 elements, compiled."""
+    steps = [("in0 + in1", ("a", "b"), ("t",)), ("in0 * in1", ("t", "a"), ("u",)),
+             ("in0 - in1", ("u", "b"), ("y",))]
+    f32 = TensorType((2, 3), "float32")
+    ((_, kernel),) = cpu_fusion.fused_runs(steps, {"y"}, dict(a=f32, b=f32, t=f32, u=f32, y=f32))
+    assert isinstance(kernel, cpu_fusion.BoundLoop)
+    return kernel
+
+
+def test_a_small_loop_bound_once_reads_its_arrays_as_they_are_at_each_call() -> None:
+    kernel = _small_loop()
+    a, b = (RNG.standard_normal((2, 3)).astype("float32") for _ in range(2))
+    y = np.empty((2, 3), "float32")
+    call, args = kernel.bind_arrays((a, b, y))
+    for _ in range(2):  # the contents change between calls; the memory stays
+        call(*args)
+        assert np.array_equal(y, (a + b) * a - b)
+        a[...] = RNG.standard_normal((2, 3))
+    call, args = kernel.bind_arrays((a.copy(), b.ravel().copy(), np.empty(6, "float32")))
+    expected = (a + b) * a - b
+    del a, b
+    np.zeros(1 << 16, "float32")  # the step alone holds the arrays its addresses point into
+    call(*args)
+    assert np.array_equal(call.arrays[2].reshape(2, 3), expected)  # type: ignore[attr-defined]
+
+
+def _read_only() -> np.ndarray[Any, Any]:
+    array = np.zeros((2, 3), "float32")
+    array.flags.writeable = False
+    return array
+
+
+@pytest.mark.parametrize(("k", "array"), [
+    (0, np.zeros((2, 3), "float64")),
+    (1, np.zeros(5, "float32")),
+    (0, np.zeros((3, 4), "float32")[:2, :3]),
+    (2, _read_only()),
+    (1, [0.0] * 6),
+])
+def test_binding_a_small_loop_to_a_wrong_array_names_it(k: int, array: Any) -> None:
+    arrays: list[Any] = [np.zeros((2, 3), "float32") for _ in range(3)]
+    arrays[k] = array
+    with pytest.raises(TypeError, match=f"fused loop array {k}: expected a C-contiguous"):
+        _small_loop()(*arrays)
+
+
+def test_a_chain_of_bound_loops_follows_new_params_and_new_inputs() -> None:
+    """The steps of a module hold its arrays' addresses: loading params replaces the arrays
+    (the steps that read them are bound again), setting an input writes into its array."""
+    pytest.importorskip("onnx")
+    module = graphrt.from_onnx(_chain(40)).create()
+    x = RNG.random((1, 16), dtype=np.float32)
+
+    def expected(constants: list[float]) -> np.ndarray[Any, Any]:
+        value = x
+        for i, c in enumerate(constants):
+            value = value * np.float32(c) if i % 2 else value + np.float32(c)
+        return value
+
+    first = [1.0001 if i % 2 else 0.001 for i in range(40)]
+    assert np.array_equal(np.asarray(module(x=x)[0]), expected(first))
+    second = [0.5 if i % 2 else 1.0 for i in range(40)]
+    module.load_params({f"c{i}": np.array([c], "float32") for i, c in enumerate(second)})
+    x = RNG.random((1, 16), dtype=np.float32)
+    assert np.array_equal(np.asarray(module(x=x)[0]), expected(second))

@@ -134,7 +134,7 @@ def _ops(bundle: graphrt.Bundle) -> list[str]:
 
 def _compiled_loops(module: graphrt.GraphModule) -> int:
     """How many calls of the module's lowered nodes are numba-compiled loops."""
-    return sum(isinstance(call.kernel, (numba.core.dispatcher.Dispatcher, loops.FusedLoop))
+    return sum(isinstance(call.kernel, (loops.BoundLoop, loops.FusedLoop))
                for program in module.compiled.programs if program.lowering is not None
                for call in program.lowering.calls)
 
