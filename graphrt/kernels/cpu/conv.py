@@ -74,8 +74,9 @@ class DirectPlan:
         image: elements per (padded, or packed) image.
         length: output pixels per image.
         jobs: tiles (16 output channels x 6 pixels) over the batch.
-        grain: tiles a thread claims at a time (of 16 channels: a job of
-            ``direct_conv.JOB_CHANNELS`` counts as that many of them).
+        grain: the fewest tiles a thread claims at a time (of 16 channels: a job of
+            ``direct_conv.JOB_CHANNELS`` counts as that many of them; claims are guided,
+            :data:`~graphrt.kernels.cpu.job_protocol.GUIDED`).
         strip: tiles along the output whose data (about :data:`_STRIP_BYTES`) every block
             of output channels runs over before the next strip.
         parallel: worth running on every core.
@@ -315,7 +316,7 @@ def direct_call(kernels: ModuleType, plan: DirectPlan, x: np.ndarray[Any, Any],
         data, plan.padding, padded, plan.image, plan.pixels, plan.length, plan.taps, weights,
         summed, flat, o, extra, flags, bounds, plan.strip,
         pass_channels(plan, o, c, data.nbytes) or max(1, len(plan.taps))), 4,
-        max(1, plan.grain * _CHANNELS // kernels.JOB_CHANNELS))
+        max(1, plan.grain * _CHANNELS // kernels.JOB_CHANNELS) | kernels.GUIDED)
 
 
 _NARROW = 128
@@ -382,7 +383,8 @@ class PointwisePlan:
         chunk: blocks of 6 output channels per job (their packed weights fill about
             :data:`_CHUNK_BYTES`).
         jobs: 16-pixel stretches by chunks, over the batch.
-        grain: jobs a thread claims at a time.
+        grain: the fewest jobs a thread claims at a time (claims are guided: see
+            :data:`~graphrt.kernels.cpu.job_protocol.GUIDED`).
         parallel: worth running on every core.
     """
 
@@ -445,7 +447,8 @@ def pointwise_call(kernels: ModuleType, plan: PointwisePlan, x: np.ndarray[Any, 
     flat = np.asarray(out).reshape(-1)
     return JobCall(kernels.pointwise_jobs, plan.parallel, (  # counters: jobs claimed, done
         data, plan.length, plan.depth, weights, summed, flat, weight.shape[0],
-        *_epilogue(kernels, flat, residual, relu, clip), plan.chunk), 2, plan.grain)
+        *_epilogue(kernels, flat, residual, relu, clip), plan.chunk), 2,
+        plan.grain | kernels.GUIDED)
 
 
 @dataclass(frozen=True)
@@ -463,7 +466,8 @@ class DepthwisePlan:
         taps: offset of each tap from the corner (int32, read-only).
         workspace: None (each thread interleaves its band in a buffer of its own).
         jobs: bands over the groups of 8 channels and the batch.
-        grain: jobs a thread claims at a time.
+        grain: the fewest jobs a thread claims at a time (claims are guided: see
+            :data:`~graphrt.kernels.cpu.job_protocol.GUIDED`).
         parallel: worth running on every core.
         blocked_out: the output is ``[N, C/8, OH, OW, 8]``.
     """
@@ -530,7 +534,8 @@ def depthwise_call(kernels: ModuleType, plan: DepthwisePlan, x: np.ndarray[Any, 
     flat = np.asarray(out).reshape(-1)
     return JobCall(kernels.depthwise_jobs, plan.parallel, (  # counters: jobs claimed, done
         data, weights, summed, flat, weight.shape[0], plan.geometry, plan.pixels, plan.taps,
-        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out)), 2, plan.grain)
+        *_epilogue(kernels, flat, residual, relu, clip, plan.blocked_out)), 2,
+        plan.grain | kernels.GUIDED)
 
 
 @lru_cache(maxsize=64)

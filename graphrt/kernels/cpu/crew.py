@@ -80,13 +80,17 @@ class _Crew:
 
     def run(self, jobs: Jobs, args: tuple[Any, ...], helpers: int) -> None:
         """``jobs(*args, ...)`` on the calling thread, with up to ``helpers`` helpers if they
-        are free (another thread's call holds them: alone)."""
+        are free (another thread's call holds them: alone); the threads of the call go to
+        the job function in the grain's high 32 bits (for :data:`~.job_protocol.GUIDED`
+        claims)."""
         if not self.lock.acquire(blocking=False):
             jobs(*args, np.zeros(1, np.int64), True, 0, 0)
             return
         try:
             call = int(self.bell[0]) + 1  # the caller's ring makes it so (rings hold the lock)
-            for tasks in self.tasks[:helpers]:  # the others see the ring, find none, block
+            crew = self.tasks[:helpers]
+            args = (*args[:-1], args[-1] | (len(crew) + 1) << 32)  # grain, and the threads
+            for tasks in crew:  # the others see the ring, find none, block
                 tasks.put((call, jobs, args))
             jobs(*args, self.bell, True, 0, 0)
         finally:

@@ -54,7 +54,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .depthwise_kernels import DEPTHWISE_GEOMETRY, depthwise_jobs
-from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
+from .job_protocol import COUNTERS, GUIDED, JOBS, claim, done, finish, flat, ring, wait
 from .kernel_parts import (
     BLOCKED,
     CLIP,
@@ -88,10 +88,10 @@ from .kernel_parts import (
 )
 from .product_kernels import PAIR, ROWS, SPAN, batch_jobs, dense_jobs, panel, row_jobs
 
-__all__ = ["BLOCKED", "CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "GROUPED", "JOB_CHANNELS",
-           "LANES", "PADDING", "PAIR", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN", "batch_jobs",
-           "conv_jobs", "dense_jobs", "depthwise_jobs", "pack_weights", "pointwise_jobs",
-           "row_jobs"]
+__all__ = ["BLOCKED", "CHANNELS", "CLIP", "DEPTHWISE_GEOMETRY", "GROUPED", "GUIDED",
+           "JOB_CHANNELS", "LANES", "PADDING", "PAIR", "PIXELS", "RELU", "RESIDUAL", "ROWS", "SPAN",
+           "batch_jobs", "conv_jobs", "dense_jobs", "depthwise_jobs", "pack_weights",
+           "pointwise_jobs", "row_jobs"]
 
 CHANNELS = 16
 """Output channels of one tile (two AVX vectors of float32)."""

@@ -12,7 +12,7 @@ pytest.importorskip("numba")
 import numba
 
 from graphrt.kernels.cpu import crew
-from graphrt.kernels.cpu.job_protocol import JOBS, claim, done, finish, flat, ring
+from graphrt.kernels.cpu.job_protocol import GUIDED, JOBS, claim, done, finish, flat, ring
 
 RNG = np.random.default_rng(7)
 
@@ -38,6 +38,25 @@ def test_the_caller_claims_from_the_front_and_helpers_from_the_back(total: int) 
     assert front == back
     np.testing.assert_array_equal(taken, 1)
     assert claim(counters, 0, 4, total, True) == (total, total)  # and stays so
+
+
+def test_guided_claims_take_a_share_of_the_jobs_left_down_to_the_grain() -> None:
+    """Two threads (the count in the grain's high 32 bits, as the crew puts it): each claim
+    takes a quarter of what is left, at least the grain, so 120 jobs take 18 claims."""
+    counters = np.zeros(2, np.int64)
+    grain = 1 | GUIDED | 2 << 32
+    sizes, caller = [], True
+    while True:
+        first, last = claim(counters, 0, grain, 120, caller)
+        if first >= last:
+            break
+        sizes.append(last - first)
+        caller = not caller
+    assert sizes[:4] == [30, 22, 17, 12] and sizes[-1] == 1 and sum(sizes) == 120
+    assert len(sizes) == 18
+    assert claim(np.zeros(2, np.int64), 0, 5 | GUIDED | 2 << 32, 12, True) == (0, 5)  # least
+    assert claim(np.zeros(2, np.int64), 0, 3 | GUIDED, 120, True) == (0, 3)  # one thread
+    assert claim(np.zeros(2, np.int64), 0, 3 | 2 << 32, 120, True) == (0, 3)  # not guided
 
 
 @numba.njit(numba.types.boolean(flat(numba.types.int64), numba.types.int64, *JOBS),
@@ -77,6 +96,16 @@ def test_threads_claiming_at_once_run_every_job_once_the_caller_from_the_front()
             assert theirs[-1] == owner.size - 1 and np.all(np.diff(theirs) == 1)
         both += bool(mine.size and theirs.size)
     assert both or crew.available_cores() == 1  # (a helper joins 10 ms of jobs in time)
+
+
+def test_guided_calls_on_the_crew_run_every_job_once() -> None:
+    for _ in range(10):
+        owner = np.zeros(400, np.int64)
+        crew.run_jobs(_tally_jobs, True, (owner, 2_000, np.zeros(2, np.int64), 1 | GUIDED))
+        assert set(np.unique(owner)) <= {1, 2}
+        mine = np.flatnonzero(owner == 1)
+        if mine.size:
+            assert mine[0] == 0 and np.all(np.diff(mine) == 1)
 
 
 def test_the_caller_alone_runs_every_job_in_order() -> None:
