@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 from ..ops import ElementwiseRun, OpDef, TensorType
 
-__all__ = ["NO_EPILOGUE", "BindsArrays", "ElementwiseStep", "Epilogue", "FusedRun", "Prepared",
-           "Provider", "bind_call"]
+__all__ = ["NO_EPILOGUE", "Binding", "BindsArrays", "ElementwiseStep", "Epilogue", "FusedRun",
+           "Prepared", "Provider", "bind_call"]
 
 @dataclass(frozen=True)
 class Epilogue:
@@ -92,6 +92,27 @@ class BindsArrays(Protocol):
 
     def bind_arrays(self, arrays: tuple[Any, ...]) -> tuple[Callable[..., None], tuple[Any, ...]]:
         ...
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A kernel (``call``) that :class:`BindsArrays` through ``bind``.
+
+    Example:
+        >>> kernel = Binding(print, lambda arrays: (print, ("bound", *arrays)))
+        >>> fn, args = bind_call(kernel, (1,))
+        >>> fn(*args)
+        bound 1
+    """
+
+    call: Callable[..., None]
+    bind: Callable[[tuple[Any, ...]], tuple[Callable[..., None], tuple[Any, ...]]]
+
+    def __call__(self, *arrays: Any) -> None:
+        self.call(*arrays)
+
+    def bind_arrays(self, arrays: tuple[Any, ...]) -> tuple[Callable[..., None], tuple[Any, ...]]:
+        return self.bind(arrays)
 
 
 def bind_call(kernel: Callable[..., None], arrays: tuple[Any, ...]

