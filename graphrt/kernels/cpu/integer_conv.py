@@ -61,7 +61,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .job_protocol import COUNTERS, JOBS, claim, done, finish, flat, ring, wait
+from .job_protocol import COUNTERS, GUIDED, JOBS, claim, done, finish, flat, ring, wait
 from .kernel_parts import (
     I32,
     I64_IN,
@@ -77,7 +77,8 @@ from .kernel_parts import (
     transpose,
 )
 
-__all__ = ["CHANNELS", "GEOMETRY", "JOB_CHANNELS", "PACK", "PIXELS", "QUAD", "qconv_jobs"]
+__all__ = ["CHANNELS", "GEOMETRY", "GUIDED", "JOB_CHANNELS", "PACK", "PIXELS", "QUAD",
+           "qconv_jobs"]
 
 CHANNELS = 8
 """Output channels of one tile (a vector of 8 int32 lanes)."""

@@ -177,7 +177,8 @@ class IntegerCall:
                  bounds: tuple[int, int], sums: bool = False) -> None:
         self.kernels, self.plan, self.signed, self.bounds = kernels, plan, signed, bounds
         self.sums = sums
-        self.grain = max(1, plan.grain * _CHANNELS // kernels.JOB_CHANNELS)  # of its jobs
+        # of its jobs, claimed guided (as the float convolutions')
+        self.grain = max(1, plan.grain * _CHANNELS // kernels.JOB_CHANNELS) | kernels.GUIDED
         self.small = (2,) if sums else (1, 2, 4, 6, 7)  # the inputs the call derives from
         self.derived: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
