@@ -689,10 +689,20 @@ def run_conv_with(kernels: ModuleType | None, xp: Any, inputs: Sequence[Any],
 def _buffer(plan: DirectPlan | PointwisePlan | DepthwisePlan, workspace: Sequence[Any]
             ) -> Any:
     """The padded or strided copy's buffer: the planned workspace, or one allocated for a
-    plain call; None where the plan reads the data in place."""
+    plain call; None where the plan reads the data in place.
+
+    Raises:
+        ValueError: the workspace given is smaller than the plan's (the kernels would write
+            past its end).
+    """
     if plan.workspace is None:
         return None
-    return workspace[0] if workspace else np.empty(plan.workspace, np.float32)
+    if not workspace:
+        return np.empty(plan.workspace, np.float32)
+    if workspace[0].size < prod(plan.workspace):
+        raise ValueError(f"the convolution's workspace holds {workspace[0].size} floats; its "
+                         f"plan copies {prod(plan.workspace)} into it")
+    return workspace[0]
 
 
 def _apply(xp: Any, out: Any, residual: Any, relu: bool, clip: Clip = None) -> None:

@@ -465,7 +465,11 @@ def test_a_step_binds_the_job_call_of_frozen_weights(frozen: bool) -> None:
                            (1, 1), False, True)
     assert kernel is not None
     out = np.empty((1, 24, 9, 9), np.float32)
-    arrays = (x, w, b, out, np.empty(0, np.float32))
+    (space,) = conv_plan(x.shape, w.shape, out.shape, "float32", "float32", True, 1, (1, 1),
+                         (1, 1), (1, 1), True).workspace()  # the padded copy
+    with pytest.raises(ValueError, match="workspace holds 1 floats; its plan copies"):
+        kernel(x, w, b, out, np.empty(1, np.float32))  # never past the workspace's end
+    arrays = (x, w, b, out, np.empty(space.shape, np.float32))
     fn, args = bind_call(kernel, arrays)
     assert isinstance(fn, JobCall) == frozen and args == (() if frozen else arrays)
     x[...] = RNG.standard_normal(x.shape)  # read where it is, as it is at the call
