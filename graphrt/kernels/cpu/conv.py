@@ -788,8 +788,8 @@ def conv_epilogue(xp: Any, types: Sequence[TensorType], out: TensorType, groups:
         call (1.5 us less a call than ``kernel``), else ``kernel`` and the arrays."""
         frozen = is_frozen(arrays[1]) and (not has_bias or is_frozen(arrays[2]))
         if strided is None and frozen:
-            call = last.get(arrays) or _prepare(arrays)
-            if call is not None and last.get(arrays) is call:
+            call = _prepare(arrays)
+            if call is not None and last.get(arrays) is call:  # kept: read in place
                 return call, ()
         return kernel, arrays
 

@@ -392,17 +392,18 @@ def _bound(run: ElementwiseRun, direct: list[str], chains: list[_Chain],
         return (f"    {variable} = _carray(_pointer(addresses[{position[name]}], "
                 f"_{tensor.dtype}), {shape})")
 
-    lines = ["", "", "def bound(addresses):"]
-    lines += [array(name, f"x{i}") for i, name in enumerate(direct)]
+    tables, gathers = [], []  # per chain: its values' places in ``addresses``, their loads
     for c, chain in enumerate(chains):
         dtype = types[chain.values[0]].dtype
         at = [position[name] for name in chain.values]
-        lines = [f"_at{c} = _np.array({at}, _np.int64)", *lines,
-                 f"    g{c} = _np.empty({len(at)}, _{dtype})",
-                 f"    for q in range({len(at)}):",
-                 f"        g{c}[q] = _pointer(addresses[_at{c}[q]], _{dtype})[0]"]
-    lines += [array(run.output, "y"), f"    _range({', '.join(arguments)}, 0, {units})", ""]
-    return "\n".join(lines)
+        tables.append(f"_at{c} = _np.array({at}, _np.int64)")
+        gathers += [f"    g{c} = _np.empty({len(at)}, _{dtype})",
+                    f"    for q in range({len(at)}):",
+                    f"        g{c}[q] = _pointer(addresses[_at{c}[q]], _{dtype})[0]"]
+    return "\n".join(["", "", *tables, "", "", "def bound(addresses):",
+                      *(array(name, f"x{i}") for i, name in enumerate(direct)), *gathers,
+                      array(run.output, "y"), f"    _range({', '.join(arguments)}, 0, {units})",
+                      ""])
 
 
 def _wrapper(run: ElementwiseRun, direct: list[str], chains: list[_Chain],
